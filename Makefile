@@ -1,0 +1,45 @@
+# The two commands of the README:
+#   make book   set up .venv, run every chapter, render the HTML book to _build/html/index.html
+#   make test   set up .venv, run the unit tests and nbval over every chapter
+# Helpers: make lab, make export, make check, make run [CHAPTER=01], make html, make clean.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+SETUP := $(VENV)/.setup-done
+PYTEST_WORKERS ?= 2
+
+.PHONY: book test lab export check run html clean
+
+$(SETUP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required (PYTHON=$(PYTHON))")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing dependencies into $(VENV) (about 2 minutes the first time; log in $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -e '.[test,book]' > $(VENV)/install.log 2>&1 \
+		|| { tail -n 30 $(VENV)/install.log; exit 1; }
+	@$(BIN)/python -c 'import torch; assert torch.__version__.startswith("2.13.0"), torch.__version__'
+	@touch $@
+
+book: $(SETUP)
+	$(BIN)/python -m albert_edu.book html
+
+test: $(SETUP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+lab: $(SETUP)
+	$(BIN)/jupyter lab chapters/
+
+export: $(SETUP)
+	$(BIN)/python -m albert_edu.book export
+
+check: $(SETUP)
+	$(BIN)/python -m albert_edu.book check
+
+run: $(SETUP)
+	$(BIN)/python -m albert_edu.book run $(CHAPTER)
+
+html: $(SETUP)
+	$(BIN)/python -m albert_edu.book html --no-execute
+
+clean:
+	rm -rf _build

@@ -1,0 +1,76 @@
+"""Set-up shared by every chapter: seeds, threads, print precision and the book's one figure style.
+
+Each chapter starts with `setup_notebook()`, so a chapter prints the same numbers and draws the same
+figures on any machine, whether it runs in JupyterLab, under `python -m albert_edu.book run` or nbval.
+"""
+
+import os
+import random
+
+import matplotlib
+import numpy as np
+
+from albert_edu.book import kernel_env, load_book
+
+# One palette for the whole book: a component keeps its colour from figure to figure.
+COLORS = {
+    "embeddings": "#4C72B0",
+    "projection": "#DD8452",
+    "attention": "#55A868",
+    "ffn": "#C44E52",
+    "pooler": "#8172B3",
+    "BERT": "#937860",
+    "ALBERT": "#DA8BC3",
+}
+
+FIGURE_STYLE = {
+    "figure.figsize": (7.0, 3.6),
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.frameon": False,
+}
+
+
+def setup_notebook(seed: int | None = None) -> int:
+    """Fix seeds, threads, print precision and figure style; return the seed used (book.toml's by default)."""
+    book = load_book()
+    seed = book.seed if seed is None else seed
+    for name, value in kernel_env(book).items():
+        os.environ.setdefault(name, value)
+    random.seed(seed)
+    np.random.seed(seed)
+    np.set_printoptions(precision=4, suppress=True)
+    import torch  # imported here so that merely importing this module stays fast
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(book.threads)
+    torch.set_printoptions(precision=4, sci_mode=False)
+    import matplotlib.pyplot  # noqa: F401  (loads the inline backend first, so our style is not overridden)
+
+    matplotlib.rcParams.update(FIGURE_STYLE)
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is not None:
+        shell.run_line_magic("config", "InlineBackend.figure_formats = ['png']")
+    return seed
+
+
+def print_table(headers: list[str], rows: list[list]) -> None:
+    """Print an aligned plain-text table: text, unlike rich output, is what nbval compares."""
+    table = [[str(h) for h in headers]] + [[str(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    for n, row in enumerate(table):
+        first = row[0].ljust(widths[0])
+        print("  ".join([first] + [value.rjust(width) for value, width in zip(row[1:], widths[1:])]).rstrip())
+        if n == 0:
+            print("  ".join("-" * width for width in widths))
