@@ -27,7 +27,7 @@ test: $(SETUP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 lab: $(SETUP)
-	$(BIN)/jupyter lab chapters/
+	$(BIN)/jupyter lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 export: $(SETUP)
 	$(BIN)/python -m albert_edu.book export
