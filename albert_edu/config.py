@@ -45,6 +45,11 @@ def _check_config(c) -> None:
                          f"layers that share nothing form no groups; expected 1")
     if c.hidden_act not in ACTIVATIONS:
         raise ValueError(f"AlbertConfig.hidden_act={c.hidden_act!r}: expected one of {ACTIVATIONS}")
+    if c.embedding_projection not in (None, True, False):
+        raise ValueError(f"AlbertConfig.embedding_projection={c.embedding_projection!r}: expected None, True or False")
+    if c.embedding_projection is False and c.embedding_size != c.hidden_size:
+        raise ValueError(f"AlbertConfig.embedding_projection=False with embedding_size={c.embedding_size} != "
+                         f"hidden_size={c.hidden_size}: embeddings of width E need a map to H")
     if not isinstance(c.pad_token_id, int) or not 0 <= c.pad_token_id < c.vocab_size:
         raise ValueError(f"AlbertConfig.pad_token_id={c.pad_token_id!r}: expected an id in [0, vocab_size={c.vocab_size})")
 
@@ -70,9 +75,17 @@ class AlbertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    embedding_projection: bool | None = None  # None: an E -> H map exactly when E != H
 
     def __post_init__(self):
         _check_config(self)
+
+    @property
+    def projects_embeddings(self) -> bool:
+        """Whether embeddings pass through an E -> H map (transformers' checkpoints carry one even when E = H)."""
+        if self.embedding_projection is None:
+            return self.embedding_size != self.hidden_size
+        return self.embedding_projection
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "AlbertConfig":

@@ -1,16 +1,20 @@
 """Set-up shared by every chapter: seeds, threads, print precision and the book's one figure style.
 
 Each chapter starts with `setup_notebook()`, so a chapter prints the same numbers and draws the same
-figures on any machine, whether it runs in JupyterLab, under `python -m albert_edu.book run` or nbval.
+figures on any machine. (The runner and nbval also set environment variables such as PYTHONHASHSEED before
+the kernel starts, which no code inside a running kernel can do; see albert_edu.book.kernel_env.)
 """
 
-import os
 import random
+import re
+import statistics
+import time
+from collections.abc import Callable
 
 import matplotlib
 import numpy as np
 
-from albert_edu.book import kernel_env, load_book
+from albert_edu.book import load_book
 
 # One palette for the whole book: a component keeps its colour from figure to figure.
 COLORS = {
@@ -41,8 +45,6 @@ def setup_notebook(seed: int | None = None) -> int:
     """Fix seeds, threads, print precision and figure style; return the seed used (book.toml's by default)."""
     book = load_book()
     seed = book.seed if seed is None else seed
-    for name, value in kernel_env(book).items():
-        os.environ.setdefault(name, value)
     random.seed(seed)
     np.random.seed(seed)
     np.set_printoptions(precision=4, suppress=True)
@@ -65,12 +67,31 @@ def setup_notebook(seed: int | None = None) -> int:
     return seed
 
 
+_NUMBER = re.compile(r"^[-+]?[\d.,]+(e[-+]?\d+)?\s?[%A-Za-z]{0,3}$")  # 12, 1,024, 3.5M, 45%, 2 MiB
+
+
 def print_table(headers: list[str], rows: list[list]) -> None:
     """Print an aligned plain-text table: text, unlike rich output, is what nbval compares."""
     table = [[str(h) for h in headers]] + [[str(value) for value in row] for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    numeric = [all(_NUMBER.match(row[i]) for row in table[1:]) for i in range(len(headers))]
     for n, row in enumerate(table):
-        first = row[0].ljust(widths[0])
-        print("  ".join([first] + [value.rjust(width) for value, width in zip(row[1:], widths[1:])]).rstrip())
+        cells = [v.rjust(w) if right else v.ljust(w) for v, w, right in zip(row, widths, numeric)]
+        print("  ".join(cells).rstrip())
         if n == 0:
             print("  ".join("-" * width for width in widths))
+
+
+
+def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 10) -> dict[str, float]:
+    """Median seconds per call of each function. The functions run in turn, after one warm-up call each, so
+    that the noise of a shared machine falls on all of them alike; compare the results as ratios."""
+    for function in functions.values():
+        function()
+    times = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -14,7 +14,7 @@ def embedding_parameters(c: AlbertConfig) -> int:
 def projection_parameters(c: AlbertConfig) -> int:
     """The E -> H linear map: EH + H, or nothing when E = H (BERT feeds its embeddings straight in)."""
     E, H = c.embedding_size, c.hidden_size
-    return E * H + H if E != H else 0
+    return E * H + H if c.projects_embeddings else 0
 
 
 def attention_parameters(c: AlbertConfig) -> int:
@@ -41,7 +41,8 @@ def stored_blocks(c: AlbertConfig) -> tuple[int, int]:
 
 
 def parameter_breakdown(c: AlbertConfig) -> dict[str, int]:
-    """Parameters per component of the encoder with its pooler (transformers' AlbertModel / BertModel)."""
+    """Parameters per component of the encoder with its pooler, as transformers' AlbertModel (or BertModel for
+    E = H without projection) counts them."""
     attention_blocks, ffn_blocks = stored_blocks(c)
     return {
         "embeddings": embedding_parameters(c),

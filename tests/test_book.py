@@ -1,6 +1,7 @@
 """The book tool: the manifest matches the chapters, the library matches a fresh export, and every
 chapter is stored as one fresh top-to-bottom run (nbval compares nothing in cells that were never run)."""
 
+import ast
 import json
 import shutil
 import subprocess
@@ -67,63 +68,42 @@ def test_split_directives_separates_directives_from_code():
     assert split_directives("x = 1  #| not a directive") == ({}, "x = 1  #| not a directive")
 
 
-def test_malformed_directive_is_an_error():
-    with pytest.raises(BookError, match="malformed directive"):
-        split_directives("#| export two words\nx = 1")
+@pytest.mark.parametrize("source, message", [
+    ("#| export two words\nx = 1", "malformed directive"),
+    ("# NBVAL_IGNORE_OUTPUT\n#| export\nx = 1", "must be at the top of its cell"),
+    ("x = 1\n#| export", "must be at the top of its cell"),
+    ("#| export config\n#| export params\nx = 1", "appears twice"),
+])
+def test_misplaced_repeated_or_malformed_directives_are_errors(source, message):
+    with pytest.raises(BookError, match=message):
+        split_directives(source)
 
 
-@pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    """A copy of chapters/ and albert_edu/ that export and check may change."""
-    for name in ("chapters", "albert_edu"):
-        shutil.copytree(booktool.ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(booktool, "ROOT", tmp_path)
-    monkeypatch.setattr(booktool, "CHAPTERS", tmp_path / "chapters")
-    monkeypatch.setattr(booktool, "PACKAGE", tmp_path / "albert_edu")
-    return tmp_path
+def test_leading_blank_lines_do_not_hide_a_directive():
+    assert split_directives("\n#| export\nx = 1") == ({"export": None}, "x = 1")
 
 
-def test_check_reports_a_hand_edited_module(sandbox):
-    path = sandbox / "albert_edu" / "params.py"
-    path.write_text(path.read_text() + "\n# a hand edit\n")
-    assert booktool.check(BOOK) == ["albert_edu/params.py differs from its chapter (edited by hand, or the chapter changed)"]
-    booktool.export(BOOK)
-    assert booktool.check(BOOK) == []
+def test_public_names_include_tuple_assignments_and_skip_private_ones():
+    code = "a, (b, c) = 1, (2, 3)\n_hidden = 4\nD: int = 5\ndef f(): pass\nclass K: pass\n"
+    assert booktool.public_names(code, "test") == ["a", "D", "f", "K"]
 
 
-def test_check_reports_a_stale_generated_module(sandbox):
-    (sandbox / "albert_edu" / "old.py").write_text(booktool.GENERATED_MARK + " from chapters/99_gone.ipynb\n")
-    assert booktool.check(BOOK) == ["albert_edu/old.py was generated but no chapter exports it now"]
-    booktool.export(BOOK)
-    assert not (sandbox / "albert_edu" / "old.py").exists()
-
-
-def test_export_refuses_a_module_the_manifest_does_not_list(sandbox):
-    path = sandbox / "chapters" / "01_parameter_budget.ipynb"
-    nb = json.loads(path.read_text())
-    nb["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                        "source": ["#| export tokenizer\n", "x = 1\n"]})
-    path.write_text(json.dumps(nb))
-    with pytest.raises(BookError, match="exports to 'tokenizer'"):
-        booktool.export_sources(BOOK)
-
-
-def test_chapter_lookup_by_number_stem_or_file():
-    assert BOOK.chapter("1") == BOOK.chapter("01_parameter_budget") == BOOK.chapter("chapters/01_parameter_budget.ipynb")
-    with pytest.raises(BookError, match="no chapter '42'"):
-        BOOK.chapter("42")
-
-
-def test_bad_manifest_names_the_problem(tmp_path):
-    bad = tmp_path / "book.toml"
-    bad.write_text('title = "t"\nauthors = []\ncopyright = "c"\nchapters = []\n[test]\nseed = 0\n')
-    with pytest.raises(BookError, match=r"\[test\] has no 'threads'"):
-        load_book(bad)
-
-
-def test_package_names_load_lazily_and_unknown_names_fail():
+def test_chapters_import_only_modules_that_earlier_chapters_define():
     import albert_edu
 
-    assert albert_edu.AlbertConfig.__module__ == "albert_edu.config"
-    with pytest.raises(AttributeError, match="no attribute 'AlbertKonfig'"):
-        albert_edu.AlbertKonfig
+    defined, plumbing = set(), {"book", "notebook"}
+    for chapter in BOOK.chapters:
+        defined |= set(chapter.modules)
+        for cell in _load(chapter)["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.ImportFrom) and node.module == "albert_edu":
+                    used = {albert_edu._HOME.get(alias.name, alias.name) for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("albert_edu."):
+                    used = {node.module.split(".")[1]}
+                elif isinstance(node, ast.Import):
+                    used = {a.name.split(".")[1] for a in node.names if a.name.startswith("albert_edu.")}
+                else:
+                    continue
+                assert used <= defined | plumbing, f"{chapter.file} uses {sorted(used - defined - plumbing)} before they are defined"

@@ -84,5 +84,21 @@ def test_invalid_configs_name_the_field_and_value(changes, message):
         AlbertConfig(**changes)
 
 
-def test_every_preset_is_valid():
-    assert all(AlbertConfig(**fields) for fields in PRESETS.values())
+@pytest.mark.parametrize("changes, message", [
+    (dict(embedding_projection="yes"), "embedding_projection='yes'"),
+    (dict(embedding_size=128, embedding_projection=False), "embedding_projection=False with embedding_size=128"),
+])
+def test_embedding_projection_must_be_a_possible_choice(changes, message):
+    with pytest.raises(ValueError, match=message):
+        AlbertConfig(**changes)
+
+
+def test_projection_is_present_exactly_when_E_differs_from_H_unless_asked_for():
+    assert AlbertConfig().projects_embeddings
+    assert not AlbertConfig.from_preset("bert-base").projects_embeddings
+    assert AlbertConfig.from_preset("bert-base", embedding_projection=True).projects_embeddings
+
+
+def test_presets_table_has_the_six_models_of_table_1_and_tiny():
+    assert set(PRESETS) == {"bert-base", "bert-large", "albert-base", "albert-large", "albert-xlarge",
+                            "albert-xxlarge", "tiny"}
