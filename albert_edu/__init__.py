@@ -21,6 +21,37 @@ _HOME = {
     'count_parameters': 'params',  # 01_parameter_budget.ipynb
     'pretraining_head_parameters': 'params',  # 01_parameter_budget.ipynb
     'budget_summary': 'params',  # 01_parameter_budget.ipynb
+    'init_weights': 'embeddings',  # 03_factorized_embeddings.ipynb
+    'check_inputs': 'embeddings',  # 03_factorized_embeddings.ipynb
+    'AlbertEmbeddings': 'embeddings',  # 03_factorized_embeddings.ipynb
+    'ACTIVATION_FUNCTIONS': 'layers',  # 04_inside_a_layer.ipynb
+    'AlbertAttention': 'layers',  # 04_inside_a_layer.ipynb
+    'AlbertFFN': 'layers',  # 04_inside_a_layer.ipynb
+    'AlbertLayer': 'layers',  # 04_inside_a_layer.ipynb
+    'AlbertEncoder': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertOutput': 'model',  # 05_sharing_across_layers.ipynb
+    'PretrainedModule': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertModel': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertMLMHead': 'model',  # 05_sharing_across_layers.ipynb
+    'ClassifierHead': 'model',  # 05_sharing_across_layers.ipynb
+    'check_labels': 'model',  # 05_sharing_across_layers.ipynb
+    'PreTrainingOutput': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertForPreTraining': 'model',  # 05_sharing_across_layers.ipynb
+    'ClassificationOutput': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertForSequenceClassification': 'model',  # 05_sharing_across_layers.ipynb
+    'WEIGHTS': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'CONFIG': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'GEOMETRY': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'TIED': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'transformers_expressible': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'to_transformers_names': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'from_transformers_names': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'config_to_json': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'config_from_json': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'save_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'read_checkpoint': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'HEADS': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'load_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
 }
 __all__ = list(_HOME)
 
