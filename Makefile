@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 SETUP := $(VENV)/.setup-done
 PYTEST_WORKERS ?= 2
 
-.PHONY: book test lab export check run html clean
+.PHONY: book test lab export check run html clean data
 
 $(SETUP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required (PYTHON=$(PYTHON))")'
@@ -20,13 +20,18 @@ $(SETUP): pyproject.toml
 	@$(BIN)/python -c 'import torch; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 	@touch $@
 
-book: $(SETUP)
+# The corpus and the tokenizer (chapter 2); both commands skip work already done and verified.
+data: $(SETUP)
+	$(BIN)/python -m albert_edu prepare-data
+	$(BIN)/python -m albert_edu train-tokenizer
+
+book: data
 	$(BIN)/python -m albert_edu.book html
 
-test: $(SETUP)
+test: data
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-lab: $(SETUP)
+lab: data
 	$(BIN)/jupyter lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 export: $(SETUP)
@@ -35,7 +40,7 @@ export: $(SETUP)
 check: $(SETUP)
 	$(BIN)/python -m albert_edu.book check
 
-run: $(SETUP)
+run: data
 	$(BIN)/python -m albert_edu.book run $(CHAPTER)
 
 html: $(SETUP)

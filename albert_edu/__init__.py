@@ -21,6 +21,33 @@ _HOME = {
     'count_parameters': 'params',  # 01_parameter_budget.ipynb
     'pretraining_head_parameters': 'params',  # 01_parameter_budget.ipynb
     'budget_summary': 'params',  # 01_parameter_budget.ipynb
+    'DATA_DIR': 'corpus',  # 02_text_and_tokens.ipynb
+    'GENSIM_WHEEL': 'corpus',  # 02_text_and_tokens.ipynb
+    'MEMBERS': 'corpus',  # 02_text_and_tokens.ipynb
+    'CorpusError': 'corpus',  # 02_text_and_tokens.ipynb
+    'sha256': 'corpus',  # 02_text_and_tokens.ipynb
+    'write_atomically': 'corpus',  # 02_text_and_tokens.ipynb
+    'fetch_sources': 'corpus',  # 02_text_and_tokens.ipynb
+    'DROPPED_SECTIONS': 'corpus',  # 02_text_and_tokens.ipynb
+    'DROPPED_TAGS': 'corpus',  # 02_text_and_tokens.ipynb
+    'DROPPED_LINKS': 'corpus',  # 02_text_and_tokens.ipynb
+    'clean_wikitext': 'corpus',  # 02_text_and_tokens.ipynb
+    'split_sentences': 'corpus',  # 02_text_and_tokens.ipynb
+    'MAX_SENTENCE_CHARS': 'corpus',  # 02_text_and_tokens.ipynb
+    'Document': 'corpus',  # 02_text_and_tokens.ipynb
+    'Report': 'corpus',  # 02_text_and_tokens.ipynb
+    'make_document': 'corpus',  # 02_text_and_tokens.ipynb
+    'read_wikipedia': 'corpus',  # 02_text_and_tokens.ipynb
+    'read_text_documents': 'corpus',  # 02_text_and_tokens.ipynb
+    'RECIPE_VERSION': 'corpus',  # 02_text_and_tokens.ipynb
+    'is_validation': 'corpus',  # 02_text_and_tokens.ipynb
+    'prepare_corpus': 'corpus',  # 02_text_and_tokens.ipynb
+    'load_documents': 'corpus',  # 02_text_and_tokens.ipynb
+    'SPECIAL_TOKENS': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'WORD_START': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'normalize': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'train_tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'Tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb
     'init_weights': 'embeddings',  # 03_factorized_embeddings.ipynb
     'check_inputs': 'embeddings',  # 03_factorized_embeddings.ipynb
     'AlbertEmbeddings': 'embeddings',  # 03_factorized_embeddings.ipynb

@@ -1,0 +1,57 @@
+"""The book's command line: `python -m albert_edu <command> --help`.
+
+A dispatcher only: each command calls a function that a chapter defines and explains.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def prepare_data(args) -> None:
+    from albert_edu.corpus import CorpusError, prepare_corpus
+
+    try:
+        stats = prepare_corpus(Path(args.data_dir), tuple(Path(p) for p in args.extra))
+    except CorpusError as error:
+        sys.exit(f"error: {error}")
+    for split in ("train", "validation"):
+        s = stats[split]
+        print(f"{split}: {s['documents']} documents, {s['sentences']:,} sentences, {s['words']:,} words")
+    for reason, count in stats["skipped"].items():
+        print(f"skipped {count}: {reason}")
+
+
+def train_tokenizer(args) -> None:
+    from albert_edu.tokenizer import Tokenizer, train_tokenizer
+
+    data_dir = Path(args.data_dir)
+    if not (data_dir / "prepared" / "stats.json").exists():
+        sys.exit(f"error: no prepared corpus in {data_dir}; run `python -m albert_edu prepare-data` first")
+    path = train_tokenizer(Path(args.out) if args.out else data_dir / "tokenizer", args.vocab_size, data_dir)
+    print(f"tokenizer: {path} ({Tokenizer(path).vocab_size} pieces)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m albert_edu", description="Long-running work of the ALBERT book.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    data_dir = str(Path(__file__).resolve().parent.parent / "data")
+
+    p = commands.add_parser("prepare-data", help="fetch, verify, clean and split the corpus (chapter 2)")
+    p.add_argument("--data-dir", default=data_dir, help="where raw/ and prepared/ go (default: data/)")
+    p.add_argument("--extra", nargs="*", default=[], metavar="FILE",
+                   help="extra UTF-8 text files, documents separated by blank lines")
+    p.set_defaults(run=prepare_data)
+
+    p = commands.add_parser("train-tokenizer", help="train the SentencePiece unigram tokenizer (chapter 2)")
+    p.add_argument("--data-dir", default=data_dir)
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--out", help="output directory (default: data/tokenizer)")
+    p.set_defaults(run=train_tokenizer)
+
+    args = parser.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

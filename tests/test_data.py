@@ -1,0 +1,135 @@
+"""The corpus and the tokenizer: the prepared data matches data/README.md, the tokenizer gives the same ids
+as transformers' AlbertTokenizer, and bad input is reported, never silently lost."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import transformers
+
+from albert_edu.book import ROOT
+from albert_edu.corpus import (CorpusError, Report, clean_wikitext, is_validation, load_documents,
+                               read_text_documents, split_sentences)
+from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, normalize
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.load()
+
+
+def test_readme_statistics_match_the_prepared_corpus(tokenizer):
+    stats = json.loads((ROOT / "data" / "prepared" / "stats.json").read_text())
+    readme = (ROOT / "data" / "README.md").read_text()
+    for split in ("train", "validation"):
+        s = stats[split]
+        tokens = sum(map(len, tokenizer.encode_batch([x for d in load_documents(split) for x in d.sentences])))
+        row = (f"| {split} | {s['documents']} | {s['by_source']['enwiki']} | {s['by_source']['lee']} | "
+               f"{s['sentences']:,} | {s['words']:,} | {tokens:,} |")
+        assert row in readme
+
+
+def test_validation_holds_out_whole_documents():
+    train, validation = load_documents("train"), load_documents("validation")
+    assert not {d.id for d in train} & {d.id for d in validation}
+    assert all(is_validation(d) for d in validation) and not any(is_validation(d) for d in train)
+
+
+def test_prepared_text_has_no_wiki_markup():
+    text = "\n".join(s for split in ("train", "validation") for d in load_documents(split) for s in d.sentences)
+    assert not re.search(r"\{\{|\}\}|\[\[|\]\]|<ref|\{\|", text)
+
+
+def test_tokenizer_gives_transformers_ids_on_validation_text(tokenizer):
+    reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
+    sentences = [s for d in load_documents("validation") for s in d.sentences]
+    assert reference(sentences, add_special_tokens=False)["input_ids"] == tokenizer.encode_batch(sentences)
+
+
+def test_tokenizer_pair_layout_equals_transformers(tokenizer):
+    reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
+    a, b = "The first segment.", "And the second one."
+    ids, types = tokenizer.encode_pair(tokenizer.encode(a), tokenizer.encode(b))
+    assert ids == reference(a, b)["input_ids"]
+    assert types == [0] * (ids.index(3) + 1) + [1] * (len(ids) - ids.index(3) - 1)
+
+
+def test_special_tokens_have_albert_ids(tokenizer):
+    assert tokenizer.pieces(range(5)) == list(SPECIAL_TOKENS)
+    assert SPECIAL_TOKENS == {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+
+
+def test_normalization_removes_accents_straightens_quotes_and_lowercases():
+    assert normalize("``Ça va'' ÉTÉ") == '"ca va" ete'
+
+
+def test_training_is_deterministic(tmp_path):
+    from albert_edu.tokenizer import train_tokenizer
+
+    def pieces_and_scores(path):
+        sp = Tokenizer(path).sp
+        return [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+
+    # the model files differ only in the output path they record
+    first = pieces_and_scores(train_tokenizer(tmp_path / "a", vocab_size=1000))
+    assert first == pieces_and_scores(train_tokenizer(tmp_path / "b", vocab_size=1000))
+
+
+def test_wikitext_cleaning_keeps_prose_and_drops_markup():
+    text = ("'''Bold''' text{{template|x}} with a [[target|link]].<ref>cite</ref>\n"
+            "{| class=wikitable\n| cell\n|}\n== See also ==\n* [[Other]]\n")
+    assert clean_wikitext(text) == ["Bold text with a link."]
+
+
+def test_unparseable_markup_lines_are_counted_not_kept():
+    report = Report()
+    assert clean_wikitext("Fine line.\n| bgcolor=lime | [[Broken|W", report) == ["Fine line."]
+    assert sum(report.skipped.values()) == 1
+
+
+def test_sentence_splitter_respects_abbreviations_and_initials():
+    assert split_sentences("Dr. Smith met J. R. R. Tolkien in 1950. They talked.") == [
+        "Dr. Smith met J. R. R. Tolkien in 1950.", "They talked."]
+
+
+def test_non_utf8_file_is_an_error_naming_the_byte(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"ok \xff\xfe text")
+    with pytest.raises(CorpusError, match="bad.txt is not UTF-8 text: byte 3 is 0xff"):
+        read_text_documents(path, "x", Report())
+
+
+def test_empty_files_and_one_sentence_documents_are_skipped_with_reasons(tmp_path):
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "docs.txt").write_text("One sentence only.\n\nTwo sentences. Here they are.\n")
+    report = Report()
+    docs = read_text_documents(tmp_path / "empty.txt", "x", report) + read_text_documents(tmp_path / "docs.txt", "x", report)
+    assert [d.sentences for d in docs] == [["Two sentences.", "Here they are."]]
+    assert report.skipped == {"empty file empty.txt": 1,
+                              "document with fewer than 2 sentences (no sentence pair can be made)": 1}
+
+
+def test_over_long_sentences_are_skipped_with_a_reason(tmp_path):
+    (tmp_path / "long.txt").write_text("A " * 1500 + "end. Short one. Another one.\n")
+    report = Report()
+    docs = read_text_documents(tmp_path / "long.txt", "x", report)
+    assert docs[0].sentences == ["Short one.", "Another one."]
+    assert report.skipped == {"sentence longer than 2000 characters": 1}
+
+
+def test_load_documents_rejects_an_unknown_split():
+    with pytest.raises(ValueError, match="split='test'"):
+        load_documents("test")
+
+
+def test_cli_reports_missing_prepared_data(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "train-tokenizer", "--data-dir", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "run `python -m albert_edu prepare-data` first" in result.stderr
+
+
+def test_cli_prepare_data_is_idempotent_and_reports_statistics():
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "prepare-data"], capture_output=True, text=True)
+    assert result.returncode == 0 and "train: 374 documents" in result.stdout
