@@ -78,6 +78,7 @@ _HOME = {
     'save_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'read_checkpoint': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'HEADS': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'FRESH_IF_MISSING': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'load_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
 }
 __all__ = list(_HOME)

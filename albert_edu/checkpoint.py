@@ -6,6 +6,7 @@
 
 import json
 import re
+import warnings
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -85,9 +86,9 @@ def from_transformers_names(state: dict[str, torch.Tensor]) -> dict[str, torch.T
     return out
 
 
-def config_to_json(c: AlbertConfig, architecture: str) -> dict:
+def config_to_json(c: AlbertConfig, architecture: str, extra: dict) -> dict:
     """Our fields plus what transformers needs to rebuild the same model."""
-    data = {"model_type": "albert", "architectures": [architecture], **c.to_dict(),
+    data = {"model_type": "albert", "architectures": [architecture], **c.to_dict(), **extra,
             "inner_group_num": 1, "tie_word_embeddings": True}
     if c.sharing == "none":
         data["num_hidden_groups"] = c.num_hidden_layers  # transformers' way of sharing nothing
@@ -126,13 +127,14 @@ def save_pretrained(model: torch.nn.Module, path, transformers_format: bool | No
     path.mkdir(parents=True, exist_ok=True)
     tmp_weights, tmp_config = path / (WEIGHTS + ".tmp"), path / (CONFIG + ".tmp")
     save_file(state, tmp_weights, metadata={"format": "pt"})
-    tmp_config.write_text(json.dumps(config_to_json(c, type(model).__name__), indent=2) + "\n")
+    data = config_to_json(c, type(model).__name__, model.checkpoint_fields())
+    tmp_config.write_text(json.dumps(data, indent=2) + "\n")
     tmp_weights.replace(path / WEIGHTS)
     tmp_config.replace(path / CONFIG)
 
 
-def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor]]:
-    """The configuration and the tensors (under our names) of a checkpoint directory."""
+def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor], dict]:
+    """The configuration, the tensors (under our names) and the raw config.json of a checkpoint directory."""
     path = Path(path)
     if not (path / CONFIG).is_file():
         raise FileNotFoundError(f"{path / CONFIG} not found: expected a checkpoint directory with {CONFIG} and {WEIGHTS}")
@@ -153,31 +155,36 @@ def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor]]:
             twin = tensors.get(source)
             if twin is None or not torch.equal(tensors.pop(tied), twin):
                 raise ValueError(f"{path / WEIGHTS}: {tied} differs from {source}, but the decoder must be tied")
-    return config_from_json(data, path / CONFIG), from_transformers_names(tensors)
+    return config_from_json(data, path / CONFIG), from_transformers_names(tensors), data
 
 
 def _adapt_projection(c: AlbertConfig, state: dict[str, torch.Tensor]) -> AlbertConfig:
-    """E = H: drop an identity E -> H map (exactly what we save), keep any other (as transformers' models do)."""
+    """E = H: drop an identity E -> H map (exactly what we save for models without one); keep any other, as
+    transformers' models do, unless the config says there is none."""
     names = [n for n in state if n.endswith("embeddings.projection.weight")]
-    if c.embedding_size != c.hidden_size or not names or c.embedding_projection is not None:
+    if c.embedding_size != c.hidden_size or not names or c.embedding_projection is True:
         return c
-    weight, bias = state[names[0]], state[names[0][:-len("weight")] + "bias"]
-    if torch.equal(weight, torch.eye(c.hidden_size)) and not bias.any():
-        for name in (names[0], names[0][:-len("weight")] + "bias"):
-            del state[name]
+    weight_name, bias_name = names[0], names[0][:-len("weight")] + "bias"
+    if torch.equal(state[weight_name], torch.eye(c.hidden_size)) and not state[bias_name].any():
+        del state[weight_name], state[bias_name]
         return c
+    if c.embedding_projection is False:
+        raise ValueError("config.json says embedding_projection=false, but the checkpoint has a non-identity "
+                         "E -> H map; expected the identity that save_pretrained writes")
     return replace(c, embedding_projection=True)
 
 
 HEADS = ("predictions.", "sop_classifier.", "classifier.")
+FRESH_IF_MISSING = HEADS + ("albert.pooler.", "pooler.")  # transformers' masked-LM models have no pooler
 
 
 def load_pretrained(cls, path):
-    """Build `cls` from a checkpoint directory. The encoder must match exactly; heads the checkpoint lacks are
-    freshly initialized (fine-tuning from a pre-trained encoder), and heads it has that `cls` lacks are ignored."""
-    c, state = read_checkpoint(path)
+    """Build `cls` from a checkpoint directory. The encoder must match exactly. A head (or pooler) that `cls` has
+    and the checkpoint lacks is freshly initialized, with a warning: that is how fine-tuning starts from a
+    pre-trained encoder. Heads of other model classes in the checkpoint are ignored."""
+    c, state, data = read_checkpoint(path)
     c = _adapt_projection(c, state)
-    model = cls(c)
+    model = cls(c, **cls.arguments_from(data))
     expected = model.state_dict()
     wants_prefix = any(name.startswith("albert.") for name in expected)
     has_prefix = any(name.startswith("albert.") for name in state)
@@ -185,15 +192,23 @@ def load_pretrained(cls, path):
         state = {("albert." + k if not k.startswith(HEADS) else k): v for k, v in state.items()}
     elif has_prefix and not wants_prefix:
         state = {k[len("albert."):]: v for k, v in state.items() if k.startswith("albert.")}
-    missing = [k for k in expected if k not in state and not k.startswith(HEADS)]
-    unexpected = [k for k in state if k not in expected and not k.startswith(HEADS)]
+    fresh = []  # keys of heads the checkpoint lacks entirely; a head present in part is an error below
+    for prefix in FRESH_IF_MISSING:
+        keys = [k for k in expected if k.startswith(prefix)]
+        if not any(k in state for k in keys):
+            fresh += keys
+    other_heads = tuple(h for h in HEADS if not any(k.startswith(h) for k in expected))
+    missing = [k for k in expected if k not in state and k not in fresh]
+    unexpected = [k for k in state if k not in expected and not (other_heads and k.startswith(other_heads))]
     misshaped = [f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}" for k, v in expected.items()
                  if k in state and state[k].shape != v.shape]
     if missing or unexpected or misshaped:
         raise ValueError(f"checkpoint {path} does not fit {cls.__name__} with its config.json: "
                          f"missing {missing}, unexpected {unexpected}, mis-shaped {misshaped}")
+    if fresh:
+        warnings.warn(f"{path} has no {sorted({k.rsplit('.', 1)[0] for k in fresh})}; initialized them randomly")
     model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
     return model
 
 
-__all__ = ['WEIGHTS', 'CONFIG', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'save_pretrained', 'read_checkpoint', 'HEADS', 'load_pretrained']
+__all__ = ['WEIGHTS', 'CONFIG', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'save_pretrained', 'read_checkpoint', 'HEADS', 'FRESH_IF_MISSING', 'load_pretrained']

@@ -51,6 +51,15 @@ class PretrainedModule(nn.Module):
 
     config: AlbertConfig
 
+    def checkpoint_fields(self) -> dict:
+        """Extra config.json fields this model needs to be rebuilt (transformers' names)."""
+        return {}
+
+    @classmethod
+    def arguments_from(cls, config_json: dict) -> dict:
+        """Constructor arguments besides the config, read back from config.json."""
+        return {}
+
     def save_pretrained(self, path, transformers_format: bool | None = None) -> None:
         """Write config.json and model.safetensors (see albert_edu.checkpoint, later in this chapter)."""
         from albert_edu.checkpoint import save_pretrained
@@ -104,7 +113,7 @@ class AlbertMLMHead(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """Dropout and a linear map from the pooled vector: the SOP/NSP head and the fine-tuning head."""
+    """Dropout and a linear map from the pooled vector: the SOP/NSP head."""
 
     def __init__(self, c: AlbertConfig, num_labels: int):
         super().__init__()
@@ -150,6 +159,8 @@ class AlbertForPreTraining(PretrainedModule):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 sentence_order_label: torch.Tensor | None = None,
                 output_hidden_states: bool = False) -> PreTrainingOutput:
+        """Unlike transformers: with `labels`, prediction_logits holds only the labelled positions, (N, V);
+        the loss is the sum of the terms whose labels are given (MLM, sentence pair, or both)."""
         out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states)
         h, mlm_loss, sop_loss = out.last_hidden_state, None, None
         if labels is not None:
@@ -180,20 +191,30 @@ class AlbertForSequenceClassification(PretrainedModule):
 
     def __init__(self, c: AlbertConfig, num_labels: int = 2):
         super().__init__()
-        if not isinstance(num_labels, int) or num_labels < 1:
+        if not isinstance(num_labels, int) or isinstance(num_labels, bool) or num_labels < 1:
             raise ValueError(f"num_labels={num_labels!r}: expected a positive integer")
         self.config, self.num_labels = c, num_labels
         self.albert = AlbertModel(c)
-        self.classifier = ClassifierHead(c, num_labels)
-        self.classifier.apply(partial(init_weights, std=c.initializer_range))
+        self.dropout = nn.Dropout(c.classifier_dropout_prob)  # names as in transformers' checkpoints
+        self.classifier = nn.Linear(c.hidden_size, num_labels)
+        init_weights(self.classifier, c.initializer_range)
+
+    def checkpoint_fields(self) -> dict:
+        return {"id2label": {str(i): f"LABEL_{i}" for i in range(self.num_labels)}}
+
+    @classmethod
+    def arguments_from(cls, config_json: dict) -> dict:
+        return {"num_labels": len(config_json["id2label"])} if "id2label" in config_json else {}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 output_hidden_states: bool = False) -> ClassificationOutput:
         out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits, loss = self.classifier(out.pooler_output), None
+        logits, loss = self.classifier(self.dropout(out.pooler_output)), None
         if labels is not None and self.num_labels == 1:
-            loss = F.mse_loss(logits.squeeze(-1), labels.float())
+            if labels.numel() != input_ids.shape[0]:
+                raise ValueError(f"labels has shape {tuple(labels.shape)}; expected one value per sequence")
+            loss = F.mse_loss(logits.view(-1), labels.float().view(-1))
         elif labels is not None:
             check_labels(labels, (input_ids.shape[0],), self.num_labels, "labels")
             loss = F.cross_entropy(logits, labels)

@@ -52,6 +52,13 @@ def test_model_without_projection_saves_an_identity_map_and_loads_back_without_i
     assert again.albert.embeddings.projection is None and equal_state(again, model)
 
 
+def test_model_declared_without_projection_round_trips(tmp_path):
+    c = AlbertConfig(**{**TINY.to_dict(), "embedding_size": 256, "embedding_projection": False})
+    model = AlbertModel(c)
+    model.save_pretrained(tmp_path)
+    assert equal_state(AlbertModel.from_pretrained(tmp_path), model)
+
+
 def test_transformers_checkpoint_with_a_real_projection_at_E_equal_H_keeps_it(tmp_path):
     transformers.AlbertModel(transformers.AlbertConfig(
         vocab_size=50, embedding_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -129,9 +129,10 @@ def test_grouped_sharing_stores_the_counted_parameters(sharing, groups):
 
 def test_decoder_is_tied_to_the_word_embeddings():
     model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=100))
-    out = model(torch.randint(5, 100, (1, 6)), labels=torch.randint(5, 100, (1, 6)))
-    out.loss.backward()
-    assert model.albert.embeddings.word_embeddings.weight.grad is not None
+    ids = torch.full((1, 6), 7)
+    model(ids, labels=ids).loss.backward()
+    # token 50 is not in the input, so only the tied decoder can give its embedding a gradient
+    assert model.albert.embeddings.word_embeddings.weight.grad[50].abs().sum() > 0
     assert not any(p.shape == (100, 64) for name, p in model.named_parameters() if "word_embeddings" not in name)
 
 
@@ -142,11 +143,13 @@ def test_hidden_states_are_the_input_and_every_layer_output():
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
 
 
-def test_all_ones_mask_equals_no_mask():
+def test_no_mask_equals_an_all_true_mask_in_the_encoder():
     model = AlbertModel(AlbertConfig.from_preset("tiny", vocab_size=100)).eval()
-    ids = torch.randint(5, 100, (2, 9))
+    x = model.embeddings(torch.randint(5, 100, (2, 9)))
     with torch.no_grad():
-        assert torch.allclose(model(ids).last_hidden_state, model(ids, torch.ones_like(ids)).last_hidden_state)
+        unmasked, _ = model.encoder(x, None)
+        masked, _ = model.encoder(x, torch.ones(2, 1, 1, 9, dtype=torch.bool))
+    assert torch.allclose(unmasked, masked, atol=1e-6)
 
 
 def test_padding_does_not_change_real_positions():
@@ -181,16 +184,76 @@ def test_bad_inputs_raise_value_errors_naming_the_value(kwargs, message):
 def test_sequence_classification_fine_tunes_from_a_pretraining_checkpoint(tmp_path):
     pretrained = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=100))
     pretrained.save_pretrained(tmp_path)
-    classifier = AlbertForSequenceClassification.from_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match=r"no \['classifier'\]; initialized them randomly"):
+        classifier = AlbertForSequenceClassification.from_pretrained(tmp_path)
     assert torch.equal(classifier.albert.pooler.weight, pretrained.albert.pooler.weight)
     out = classifier(torch.randint(5, 100, (3, 5)), labels=torch.tensor([0, 1, 1]))
     assert out.logits.shape == (3, 2) and out.loss.item() > 0
 
 
 def test_sequence_classification_with_one_label_is_regression():
-    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=100), num_labels=1)
-    out = model(torch.randint(5, 100, (3, 5)), labels=torch.tensor([0.5, 1.0, -1.0]))
-    assert out.logits.shape == (3, 1) and out.loss.item() > 0
+    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=100), num_labels=1).eval()
+    ids, targets = torch.randint(5, 100, (3, 5)), torch.tensor([0.5, 1.0, -1.0])
+    out = model(ids, labels=targets)
+    assert out.logits.shape == (3, 1)
+    assert out.loss.item() == pytest.approx(((out.logits.view(-1) - targets) ** 2).mean().item())
+    assert model(ids, labels=targets.view(3, 1)).loss.item() == pytest.approx(out.loss.item())
+    with pytest.raises(ValueError, match="one value per sequence"):
+        model(ids, labels=torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize("num_labels", [1, 2, 3])
+def test_transformers_classifier_loads_with_equal_logits_and_back(num_labels, tmp_path):
+    torch.manual_seed(num_labels)
+    theirs = transformers.AlbertForSequenceClassification(transformers.AlbertConfig(
+        vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, num_labels=num_labels)).eval()
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours = AlbertForSequenceClassification.from_pretrained(tmp_path / "theirs").eval()
+    ids = torch.randint(5, 100, (3, 7))
+    with torch.no_grad():
+        assert ours.num_labels == num_labels
+        assert torch.allclose(ours(ids).logits, theirs(ids).logits, atol=1e-5)
+        ours.save_pretrained(tmp_path / "ours")
+        back = transformers.AlbertForSequenceClassification.from_pretrained(tmp_path / "ours").eval()
+        assert torch.allclose(ours(ids).logits, back(ids).logits, atol=1e-5)
+        again = AlbertForSequenceClassification.from_pretrained(tmp_path / "ours")
+        assert again.num_labels == num_labels
+
+
+def test_transformers_base_model_checkpoint_loads_with_equal_outputs(tmp_path):
+    shape = SHAPES["E<H, two groups"]
+    theirs = transformers_model(shape, seed=5).albert
+    theirs.save_pretrained(tmp_path)
+    ours = AlbertModel.from_pretrained(tmp_path).eval()
+    inputs = batch(shape[0])
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = ours(**inputs), theirs(**inputs)
+    assert (a.last_hidden_state[real] - b.last_hidden_state[real]).abs().max() <= 1e-5
+    assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5
+
+
+def test_masked_lm_checkpoint_without_pooler_loads_with_a_warning(tmp_path):
+    torch.manual_seed(0)
+    theirs = transformers.AlbertForMaskedLM(transformers.AlbertConfig(
+        vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64)).eval()
+    theirs.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="initialized them randomly"):
+        ours = AlbertForPreTraining.from_pretrained(tmp_path).eval()
+    ids = torch.randint(5, 100, (2, 6))
+    with torch.no_grad():
+        assert torch.allclose(ours(ids).prediction_logits, theirs(ids).logits, atol=1e-5)
+
+
+def test_attention_dropout_is_active_only_in_training():
+    c = AlbertConfig.from_preset("tiny", vocab_size=100, attention_probs_dropout_prob=0.5)
+    model, ids = AlbertModel(c), torch.randint(5, 100, (1, 8))
+    model.train()
+    assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+    model.eval()
+    assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
 def test_dropout_is_active_only_in_training():
