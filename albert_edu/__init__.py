@@ -80,6 +80,19 @@ _HOME = {
     'HEADS': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'FRESH_IF_MISSING': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'load_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'OBJECTIVES': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'Example': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'truncate_pair': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'segment_pairs': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'NGRAM_WEIGHTS': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'word_units': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'choose_spans': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'mask_ngrams': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'create_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'write_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'read_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'ExampleDataset': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'collate': 'pretraining_data',  # 06_pretraining_examples.ipynb
 }
 __all__ = list(_HOME)
 

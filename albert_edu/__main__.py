@@ -32,6 +32,22 @@ def train_tokenizer(args) -> None:
     print(f"tokenizer: {path} ({Tokenizer(path).vocab_size} pieces)")
 
 
+def make_examples(args) -> None:
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import create_examples, write_examples
+    from albert_edu.tokenizer import Tokenizer
+
+    if args.max_seq_len < 5:
+        sys.exit(f"error: --max-seq-len {args.max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
+    try:
+        documents, tokenizer = load_documents(args.split, Path(args.data_dir)), Tokenizer.load(Path(args.tokenizer))
+    except FileNotFoundError as error:
+        sys.exit(f"error: {error}")
+    examples = create_examples(documents, tokenizer, args.objective, args.max_seq_len, args.seed)
+    write_examples(examples, Path(args.out))
+    print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents to {args.out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m albert_edu", description="Long-running work of the ALBERT book.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +64,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--out", help="output directory (default: data/tokenizer)")
     p.set_defaults(run=train_tokenizer)
+
+    p = commands.add_parser("make-examples", help="write pre-training examples as JSON lines (chapter 6)")
+    p.add_argument("--objective", required=True, choices=["sop", "nsp", "none"])
+    p.add_argument("--out", required=True, help="output file (.jsonl)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--split", default="train", choices=["train", "validation"])
+    p.add_argument("--data-dir", default=data_dir)
+    p.add_argument("--tokenizer", default=str(Path(data_dir) / "tokenizer"))
+    p.set_defaults(run=make_examples)
 
     args = parser.parse_args(argv)
     args.run(args)

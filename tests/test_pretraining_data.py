@@ -1,0 +1,148 @@
+"""Pre-training examples: properties of pairs and masking for any documents (hypothesis), determinism, the
+command line, and the batch layout."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from albert_edu.corpus import load_documents
+from albert_edu.pretraining_data import (Example, collate, create_examples, mask_ngrams, read_examples, segment_pairs,
+                                         truncate_pair, word_units)
+from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
+
+TOKENIZER = Tokenizer.load()
+NON_SPECIAL = st.integers(min_value=len(SPECIAL_TOKENS), max_value=TOKENIZER.vocab_size - 1)
+SENTENCE = st.lists(NON_SPECIAL, min_size=1, max_size=40)
+DOCUMENTS = st.lists(st.lists(SENTENCE, min_size=1, max_size=8), min_size=2, max_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents=DOCUMENTS, objective=st.sampled_from(["sop", "nsp", "none"]),
+       max_seq_len=st.integers(min_value=5, max_value=96), seed=st.integers(0, 2**16))
+def test_pairs_fit_and_sop_pairs_come_from_one_document(documents, objective, max_seq_len, seed):
+    text = {d: [t for s in doc for t in s] for d, doc in enumerate(documents)}
+    for a, b, label in segment_pairs(documents, objective, max_seq_len, random.Random(seed)):
+        assert a and b and len(a) + len(b) <= max_seq_len - 3
+        assert label in (0, 1) and (label == 0 or objective != "none")
+        if objective in ("sop", "none"):  # both segments from one document, in order unless swapped
+            first, second = (b, a) if label else (a, b)
+            assert any(j >= i + len(first) for tokens in text.values()
+                       for i in _starts(tokens, first) for j in _starts(tokens, second))
+
+
+def _starts(haystack: list[int], needle: list[int]) -> list[int]:
+    n = len(needle)
+    return [i for i in range(len(haystack) - n + 1) if haystack[i:i + n] == needle]
+
+
+def _contains(haystack: list[int], needle: list[int]) -> bool:
+    return bool(_starts(haystack, needle))
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.lists(NON_SPECIAL, max_size=60), b=st.lists(NON_SPECIAL, max_size=60),
+       max_tokens=st.integers(2, 50), seed=st.integers(0, 1000))
+def test_truncation_keeps_a_contiguous_piece_of_each_segment(a, b, max_tokens, seed):
+    short_a, short_b = list(a), list(b)
+    truncate_pair(short_a, short_b, max_tokens, random.Random(seed))
+    assert len(short_a) + len(short_b) <= max(max_tokens, 0) or not (short_a or short_b)
+    assert _contains(a, short_a) and _contains(b, short_b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=st.lists(NON_SPECIAL, min_size=1, max_size=80), b=st.lists(NON_SPECIAL, min_size=1, max_size=80),
+       seed=st.integers(0, 2**16))
+def test_masking_respects_layout_budget_and_whole_words(a, b, seed):
+    ids, types = TOKENIZER.encode_pair(a, b)
+    masked, positions, labels = mask_ngrams(ids, TOKENIZER, random.Random(seed))
+    assert positions == sorted(set(positions))
+    assert len(positions) <= min(20, max(1, round(len(ids) * 0.15)))
+    assert [ids[p] for p in positions] == labels
+    assert all(ids[p] >= len(SPECIAL_TOKENS) for p in positions)  # never [CLS] or [SEP]
+    assert all(masked[i] == ids[i] for i in range(len(ids)) if i not in set(positions))
+    chosen = set(positions)
+    for word in word_units(ids, TOKENIZER):  # a word is masked entirely or not at all
+        assert chosen.issuperset(word) or chosen.isdisjoint(word)
+
+
+def test_masking_replacement_split_is_80_10_10():
+    rng = random.Random(0)
+    ids, _ = TOKENIZER.encode_pair(list(range(100, 160)), list(range(200, 260)))
+    shown = []
+    for _ in range(2000):
+        masked, positions, labels = mask_ngrams(ids, TOKENIZER, rng)
+        shown += ["mask" if masked[p] == TOKENIZER.mask_id else "same" if masked[p] == l else "random"
+                  for p, l in zip(positions, labels)]
+    assert abs(shown.count("mask") / len(shown) - 0.8) < 0.01
+    assert abs(shown.count("same") / len(shown) - 0.1) < 0.01
+
+
+@pytest.fixture(scope="module")
+def validation_documents():
+    return load_documents("validation")
+
+
+@pytest.mark.parametrize("objective", ["sop", "nsp", "none"])
+def test_examples_are_deterministic_for_a_seed(objective, validation_documents):
+    first = create_examples(validation_documents, TOKENIZER, objective, 64, seed=3)
+    assert first == create_examples(validation_documents, TOKENIZER, objective, 64, seed=3)
+    assert first != create_examples(validation_documents, TOKENIZER, objective, 64, seed=4)
+
+
+@pytest.mark.parametrize("objective", ["sop", "nsp"])
+def test_about_half_of_the_pairs_are_negatives(objective, validation_documents):
+    examples = create_examples(validation_documents, TOKENIZER, objective, 128, seed=0)
+    assert abs(sum(e.pair_label for e in examples) / len(examples) - 0.5) < 0.07
+
+
+def test_examples_have_albert_layout(validation_documents):
+    for e in create_examples(validation_documents, TOKENIZER, "sop", 128, seed=0):
+        assert e.input_ids[0] == TOKENIZER.cls_id and e.input_ids[-1] == TOKENIZER.sep_id
+        assert len(e.input_ids) <= 128 and len(e.token_type_ids) == len(e.input_ids)
+        first_sep = e.input_ids.index(TOKENIZER.sep_id)
+        assert e.token_type_ids == [0] * (first_sep + 1) + [1] * (len(e.input_ids) - first_sep - 1)
+
+
+def test_unknown_objective_and_too_short_sequences_are_errors():
+    with pytest.raises(ValueError, match="objective='mlm'"):
+        list(segment_pairs([[[5, 6]]], "mlm", 64, random.Random(0)))
+    with pytest.raises(ValueError, match="max_seq_len=4"):
+        list(segment_pairs([[[5, 6]]], "sop", 4, random.Random(0)))
+
+
+def test_collate_pads_to_the_longest_and_marks_labels():
+    examples = [Example([2, 10, 4, 3, 11, 3], [0, 0, 0, 0, 1, 1], [2], [12], 1),
+                Example([2, 13, 3, 14, 3], [0, 0, 0, 1, 1], [], [], 0)]
+    batch = collate(examples)
+    assert batch["input_ids"].tolist() == [[2, 10, 4, 3, 11, 3], [2, 13, 3, 14, 3, 0]]
+    assert batch["attention_mask"].tolist() == [[1] * 6, [1] * 5 + [0]]
+    assert batch["labels"].tolist() == [[-100, -100, 12, -100, -100, -100], [-100] * 6]
+    assert torch.equal(batch["sentence_order_label"], torch.tensor([1, 0]))
+
+
+def test_cli_writes_examples_that_read_back(tmp_path):
+    out = tmp_path / "sop.jsonl"
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--objective", "sop", "--out",
+                             str(out), "--seed", "1", "--max-seq-len", "64", "--split", "validation"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    examples = read_examples(out)
+    assert examples == create_examples(load_documents("validation"), TOKENIZER, "sop", 64, seed=1)
+    assert set(json.loads(out.read_text().splitlines()[0])) == {
+        "input_ids", "token_type_ids", "mlm_positions", "mlm_labels", "pair_label"}
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--objective", "mlm"], "invalid choice: 'mlm'"),
+    (["--objective", "sop", "--max-seq-len", "3"], "--max-seq-len 3: expected at least 5"),
+])
+def test_cli_rejects_bad_arguments(arguments, message, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--out", str(tmp_path / "x"),
+                             *arguments], capture_output=True, text=True)
+    assert result.returncode != 0 and message in result.stderr
