@@ -45,6 +45,7 @@ _HOME = {
     'load_documents': 'corpus',  # 02_text_and_tokens.ipynb
     'SPECIAL_TOKENS': 'tokenizer',  # 02_text_and_tokens.ipynb
     'WORD_START': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'PUNCTUATION': 'tokenizer',  # 02_text_and_tokens.ipynb
     'normalize': 'tokenizer',  # 02_text_and_tokens.ipynb
     'train_tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb
     'Tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb

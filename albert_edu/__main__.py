@@ -28,7 +28,10 @@ def train_tokenizer(args) -> None:
     data_dir = Path(args.data_dir)
     if not (data_dir / "prepared" / "stats.json").exists():
         sys.exit(f"error: no prepared corpus in {data_dir}; run `python -m albert_edu prepare-data` first")
-    path = train_tokenizer(Path(args.out) if args.out else data_dir / "tokenizer", args.vocab_size, data_dir)
+    try:
+        path = train_tokenizer(Path(args.out) if args.out else data_dir / "tokenizer", args.vocab_size, data_dir)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
     print(f"tokenizer: {path} ({Tokenizer(path).vocab_size} pieces)")
 
 

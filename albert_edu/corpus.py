@@ -77,6 +77,7 @@ DROPPED_SECTIONS = {"references", "external links", "see also", "further reading
 DROPPED_TAGS = {"ref", "references", "table", "gallery", "math", "timeline", "imagemap", "score", "chem"}
 DROPPED_LINKS = ("file:", "image:", "category:", "media:")
 _REFERENCES = re.compile(r"<ref[^>]*/>|<ref[^>]*>.*?</ref>", re.S | re.I)  # also the ones the parser cannot parse
+_EMPHASIS = re.compile(r"'{2,}")  # italic and bold quote marks: an unclosed one would swallow the rest of a page
 _LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|<ref|^[|!]")
 
 
@@ -85,7 +86,7 @@ def clean_wikitext(text: str, report: "Report | None" = None) -> list[str]:
     Sections of references and links are dropped; headings become paragraph breaks; each line (a paragraph or
     a list item in wikitext) becomes a paragraph. Lines that still hold markup after parsing (malformed
     wikitext) are dropped and counted in `report`."""
-    code = mwparserfromhell.parse(_REFERENCES.sub("", text))
+    code = mwparserfromhell.parse(_EMPHASIS.sub("", _REFERENCES.sub("", text)), skip_style_tags=True)
     for section in code.get_sections(levels=[2]):
         headings = section.filter_headings(recursive=False)
         if headings and headings[0].title.strip_code().strip().lower() in DROPPED_SECTIONS:
@@ -220,7 +221,7 @@ def read_text_documents(path: Path, source: str, report: Report, one_per_line: b
     return documents
 
 
-RECIPE_VERSION = 2  # bump when the cleaning or splitting changes, so that prepared data is rebuilt
+RECIPE_VERSION = 3  # bump when the cleaning or splitting changes, so that prepared data is rebuilt
 
 
 def is_validation(doc: Document) -> bool:
@@ -233,6 +234,7 @@ def prepare_corpus(data_dir: Path = DATA_DIR, extra_files: tuple[Path, ...] = ()
     Does nothing when the prepared files exist and were made from the same inputs by the same recipe."""
     raw = fetch_sources(data_dir / "raw")
     inputs = {p.name: sha256(p) for p in [raw["enwiki"], raw["lee"], *extra_files]}
+    inputs["mwparserfromhell"] = mwparserfromhell.__version__  # its parse decides what text survives
     out = data_dir / "prepared"
     stats_path = out / "stats.json"
     if stats_path.exists():

@@ -36,13 +36,16 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Rando
 def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len: int, rng: random.Random,
                   short_seq_prob: float = 0.1):
     """Yield (A, B, label) from tokenized documents (documents -> sentences -> ids), following the reference
-    recipe: fill a chunk with whole sentences up to a target length (shorter with probability short_seq_prob),
-    cut it at a random sentence boundary, then make the pair the objective asks for."""
+    recipe: fill chunks with whole sentences up to a target length (for a fraction short_seq_prob of the
+    documents a random shorter one), cut each at a random sentence boundary, then make the pair the objective
+    asks for."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     max_tokens = max_seq_len - 3  # [CLS], [SEP], [SEP]
     if max_tokens < 2:
         raise ValueError(f"max_seq_len={max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
+    documents = [[s for s in document if s] for document in documents]
+    documents = [document for document in documents if document]
     for d, document in enumerate(documents):
         target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
         chunk, length, i = [], 0, 0
@@ -57,22 +60,23 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
                     truncate_pair(a, b, max_tokens, rng)
                     yield a, b, label
                 chunk, length = [], 0
-                target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
             i += 1
 
 
 def _make_pair(chunk, documents, d, objective, target, rng):
     """(A, B, label, number of chunk sentences to put back), or None when no pair can be made."""
-    split_sentence = len(chunk) == 1
-    if split_sentence:  # one long sentence: cut it in two (the reference would take B from another document)
+    if objective == "nsp" and len(chunk) == 1 and len(documents) > 1:
+        a_end = 1  # as the reference: one sentence is all of A, and B must come from another document
+    elif len(chunk) == 1:  # SOP or none: cut the sentence in two, keeping both segments from this document
         if len(chunk[0]) < 2:
             return None
         cut = rng.randint(1, len(chunk[0]) - 1)
-        chunk = [chunk[0][:cut], chunk[0][cut:]]
-    a_end = rng.randint(1, len(chunk) - 1)
+        chunk, a_end = [chunk[0][:cut], chunk[0][cut:]], 1
+    else:
+        a_end = rng.randint(1, len(chunk) - 1)
     a = [t for sentence in chunk[:a_end] for t in sentence]
     b = [t for sentence in chunk[a_end:] for t in sentence]
-    if objective == "nsp" and rng.random() < 0.5 and len(documents) > 1:
+    if objective == "nsp" and (not b or rng.random() < 0.5) and len(documents) > 1:
         other = rng.randrange(len(documents) - 1)
         other += other >= d  # any document but this one
         b, want = [], max(1, target - len(a))
@@ -80,7 +84,7 @@ def _make_pair(chunk, documents, d, objective, target, rng):
             b += sentence
             if len(b) >= want:
                 break
-        return a, b, 1, 0 if split_sentence else len(chunk) - a_end
+        return a, b, 1, len(chunk) - a_end
     if objective == "sop" and rng.random() < 0.5:
         return b, a, 1, 0
     return a, b, 0, 0
@@ -90,13 +94,13 @@ NGRAM_WEIGHTS = (1 / 1, 1 / 2, 1 / 3)  # p(n) proportional to 1/n: 6/11, 3/11, 2
 
 
 def word_units(ids: list[int], tokenizer: Tokenizer) -> list[list[int]]:
-    """Positions grouped into whole words: a word starts at a piece with the word-start mark;
-    special tokens belong to no word and are never masked."""
+    """Positions grouped into units for masking: a unit starts at a piece with the word-start mark or at a
+    punctuation piece (ALBERT's rule); special tokens belong to no unit and are never masked."""
     words = []
     for position, token in enumerate(ids):
         if token < len(SPECIAL_TOKENS):
             continue
-        if tokenizer.word_start[token] or not words or words[-1][-1] != position - 1:
+        if tokenizer.unit_start[token] or not words or words[-1][-1] != position - 1:
             words.append([position])
         else:
             words[-1].append(position)
@@ -146,7 +150,6 @@ def create_examples(documents: list[Document], tokenizer: Tokenizer, objective: 
     """Every example of one pass over the documents, in a deterministic order for a given seed."""
     rng = random.Random(seed)
     tokenized = [tokenizer.encode_batch(d.sentences) for d in documents]
-    tokenized = [[s for s in doc if s] for doc in tokenized]
     examples = []
     for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng):
         ids, types = tokenizer.encode_pair(a, b)

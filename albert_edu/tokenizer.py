@@ -4,6 +4,7 @@
 """ALBERT's SentencePiece tokenizer: training it on our corpus and using it (chapter 2)."""
 
 import json
+import string
 import unicodedata
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from albert_edu.corpus import DATA_DIR, load_documents
 
 SPECIAL_TOKENS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word ("▁")
+PUNCTUATION = set(string.punctuation)
 
 
 def normalize(text: str) -> str:
@@ -26,23 +28,33 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
                     data_dir: Path = DATA_DIR) -> Path:
     """Train a unigram SentencePiece model on the training split; write out_dir/spiece.model.
     Deterministic: one thread, no sampling of the input. Skipped when the model exists for the same data."""
-    stamp = {"vocab_size": vocab_size, "train": (data_dir / "prepared" / "stats.json").read_text()}
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size}: expected more than the {len(SPECIAL_TOKENS)} special tokens")
+    stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__,
+             "train": (data_dir / "prepared" / "stats.json").read_text()}
     stamp_path = out_dir / "training.json"
     if (out_dir / "spiece.model").exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
         return out_dir / "spiece.model"
     out_dir.mkdir(parents=True, exist_ok=True)
     sentences = [normalize(s) for doc in load_documents("train", data_dir) for s in doc.sentences]
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=str(out_dir / "spiece"), model_type="unigram",
-        vocab_size=vocab_size, character_coverage=0.9995, num_threads=1, shuffle_input_sentence=False,
-        input_sentence_size=0, pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1, eos_id=-1,
-        control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+    try:
+        _train(out_dir, vocab_size, sentences)
+    except RuntimeError as error:  # SentencePiece's own message, e.g. a vocabulary too large for the corpus
+        raise ValueError(f"SentencePiece could not train {vocab_size} pieces: {error}") from None
     (out_dir / "spiece.vocab").unlink(missing_ok=True)
     (out_dir / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True, "keep_accents": False, "remove_space": True,
          "model_max_length": 512}, indent=2) + "\n")
     stamp_path.write_text(json.dumps(stamp))
     return out_dir / "spiece.model"
+
+
+def _train(out_dir: Path, vocab_size: int, sentences: list[str]) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_prefix=str(out_dir / "spiece"), model_type="unigram",
+        vocab_size=vocab_size, character_coverage=0.9995, num_threads=1, shuffle_input_sentence=False,
+        input_sentence_size=0, pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1, eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
 
 
 class Tokenizer:
@@ -55,8 +67,11 @@ class Tokenizer:
         found = {self.sp.id_to_piece(i): i for i in range(len(SPECIAL_TOKENS))}
         if found != SPECIAL_TOKENS:
             raise ValueError(f"{model_file} has special tokens {found}; expected ALBERT's {SPECIAL_TOKENS}")
-        # piece id -> does the piece begin a word? Used for whole-word masking (chapter 6).
-        self.word_start = [self.sp.id_to_piece(i).startswith(WORD_START) for i in range(self.vocab_size)]
+        pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+        self.word_start = [p.startswith(WORD_START) for p in pieces]  # piece id -> does it begin a word?
+        # piece id -> does it begin a unit for whole-word masking (chapter 6)? ALBERT's rule: a word start,
+        # or a piece that is one punctuation character, so that "cat," is masked as "cat" and ","
+        self.unit_start = [p.startswith(WORD_START) or p in PUNCTUATION for p in pieces]
 
     @classmethod
     def load(cls, directory: Path = DATA_DIR / "tokenizer") -> "Tokenizer":
@@ -77,7 +92,8 @@ class Tokenizer:
         return self.sp.encode([normalize(t) for t in texts])
 
     def decode(self, ids: list[int]) -> str:
-        return self.sp.decode([i for i in ids if i >= len(SPECIAL_TOKENS)])
+        """The text of the ids, without <pad>, [CLS], [SEP] and [MASK]; <unk> shows as ' ⁇ '."""
+        return self.sp.decode([i for i in ids if i == self.unk_id or i >= len(SPECIAL_TOKENS)])
 
     def pieces(self, ids: list[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
@@ -88,4 +104,4 @@ class Tokenizer:
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1)
 
 
-__all__ = ['SPECIAL_TOKENS', 'WORD_START', 'normalize', 'train_tokenizer', 'Tokenizer']
+__all__ = ['SPECIAL_TOKENS', 'WORD_START', 'PUNCTUATION', 'normalize', 'train_tokenizer', 'Tokenizer']

@@ -39,7 +39,12 @@ def test_validation_holds_out_whole_documents():
 
 def test_prepared_text_has_no_wiki_markup():
     text = "\n".join(s for split in ("train", "validation") for d in load_documents(split) for s in d.sentences)
-    assert not re.search(r"\{\{|\}\}|\[\[|\]\]|<ref|\{\|", text)
+    assert not re.search(r"\{\{|\}\}|\[\[|\]\]|<ref|\{\||''|thumb\||upright=|bgcolor=", text)
+
+
+def test_an_unclosed_italic_does_not_hide_the_markup_after_it():
+    text = "''An unclosed italic starts here. Text.\n[[File:X.png|thumb|A caption]]\n== Further reading ==\n* A book"
+    assert clean_wikitext(text) == ["An unclosed italic starts here. Text."]
 
 
 def test_tokenizer_gives_transformers_ids_on_validation_text(tokenizer):
@@ -131,5 +136,14 @@ def test_cli_reports_missing_prepared_data(tmp_path):
 
 
 def test_cli_prepare_data_is_idempotent_and_reports_statistics():
+    prepared = ROOT / "data" / "prepared"
+    before = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
     result = subprocess.run([sys.executable, "-m", "albert_edu", "prepare-data"], capture_output=True, text=True)
     assert result.returncode == 0 and "train: 374 documents" in result.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()} == before  # nothing was rewritten
+
+
+def test_cli_reports_an_impossible_vocabulary_size(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "train-tokenizer", "--vocab-size", "3",
+                             "--out", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode != 0 and "vocab_size=3: expected more than the 5 special tokens" in result.stderr

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from albert_edu.corpus import load_documents
-from albert_edu.pretraining_data import (Example, collate, create_examples, mask_ngrams, read_examples, segment_pairs,
-                                         truncate_pair, word_units)
+from albert_edu.pretraining_data import (Example, choose_spans, collate, create_examples, mask_ngrams, read_examples,
+                                         segment_pairs, truncate_pair, word_units)
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 TOKENIZER = Tokenizer.load()
@@ -146,3 +146,73 @@ def test_cli_rejects_bad_arguments(arguments, message, tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--out", str(tmp_path / "x"),
                              *arguments], capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr
+
+
+LONG = 2000  # no truncation and one chunk per document for the generated documents below
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16))
+def test_sop_and_none_pairs_are_consecutive_text_of_one_document_in_or_out_of_order(documents, seed):
+    texts = [[t for s in doc for t in s] for doc in documents]
+    for objective in ("sop", "none"):
+        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob=0):
+            first, second = (b, a) if label else (a, b)
+            assert any(_contains(text, first + second) for text in texts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16))
+def test_nsp_negatives_come_from_another_document_and_positives_are_consecutive(documents, seed):
+    texts = [[t for s in doc for t in s] for doc in documents]
+    for a, b, label in segment_pairs(documents, "nsp", LONG, random.Random(seed), short_seq_prob=0):
+        homes = [d for d, text in enumerate(texts) if _contains(text, a)]
+        if label == 0:
+            assert any(_contains(texts[d], a + b) for d in homes)
+        else:
+            assert any(_contains(text, b) for d, text in enumerate(texts) if d not in homes or len(homes) > 1)
+
+
+def test_nsp_uses_every_sentence_of_a_document_for_segment_a_or_consecutive_b():
+    documents = [[[10 + d * 100 + i] * 3 for i in range(6)] for d in range(4)]  # distinct sentences
+    used = [t for a, b, label in segment_pairs(documents, "nsp", LONG, random.Random(1), short_seq_prob=0)
+            for t in (a if label else a + b)]
+    assert sorted(set(used)) == sorted({t for doc in documents for s in doc for t in s})
+
+
+def test_short_sequences_are_made_for_about_a_tenth_of_the_documents(validation_documents):
+    examples = create_examples(validation_documents * 4, TOKENIZER, "sop", 128, seed=0)
+    short = sum(len(e.input_ids) < 100 for e in examples) / len(examples)
+    assert 0.04 < short < 0.25
+
+
+def test_word_units_follow_albert_rule_on_real_pieces():
+    ids, _ = TOKENIZER.encode_pair(TOKENIZER.encode("The cat's hat, red."), [])
+    units = [TOKENIZER.pieces([ids[p] for p in unit]) for unit in word_units(ids, TOKENIZER)]
+    assert units == [["▁the"], ["▁cat"], ["'", "s"], ["▁hat"], [","], ["▁red"], ["."]]
+
+
+def test_masking_covers_about_15_percent_with_mostly_single_word_spans(validation_documents):
+    examples = create_examples(validation_documents, TOKENIZER, "sop", 128, seed=0)
+    coverage = sum(len(e.mlm_positions) for e in examples) / sum(len(e.input_ids) for e in examples)
+    assert 0.13 < coverage < 0.16
+    rng, lengths = random.Random(0), [0, 0, 0, 0]
+    for e in examples:
+        original = list(e.input_ids)
+        for p, label in zip(e.mlm_positions, e.mlm_labels):
+            original[p] = label
+        budget = min(20, max(1, round(len(original) * 0.15)))
+        for n, _ in choose_spans(word_units(original, TOKENIZER), budget, rng):
+            lengths[n] += 1
+    total = sum(lengths)
+    assert abs(lengths[1] / total - 6 / 11) < 0.1 and lengths[1] > lengths[2] > lengths[3] > 0.1 * total
+
+
+def test_normalization_matches_transformers_on_accents_and_quotes():
+    import transformers
+
+    from albert_edu.book import ROOT
+
+    reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
+    text = "``Crème brûlée'' à São Paulo, ÉTÉ 1999"
+    assert reference(text, add_special_tokens=False)["input_ids"] == TOKENIZER.encode(text)
