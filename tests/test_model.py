@@ -247,17 +247,9 @@ def test_masked_lm_checkpoint_without_pooler_loads_with_a_warning(tmp_path):
         assert torch.allclose(ours(ids).prediction_logits, theirs(ids).logits, atol=1e-5)
 
 
-def test_attention_dropout_is_active_only_in_training():
-    c = AlbertConfig.from_preset("tiny", vocab_size=100, attention_probs_dropout_prob=0.5)
-    model, ids = AlbertModel(c), torch.randint(5, 100, (1, 8))
-    model.train()
-    assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
-    model.eval()
-    assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
-
-
-def test_dropout_is_active_only_in_training():
-    c = AlbertConfig.from_preset("tiny", vocab_size=100, hidden_dropout_prob=0.5)
+@pytest.mark.parametrize("dropout", ["hidden_dropout_prob", "attention_probs_dropout_prob"])
+def test_dropout_is_active_only_in_training(dropout):
+    c = AlbertConfig.from_preset("tiny", vocab_size=100, **{dropout: 0.5})
     model, ids = AlbertModel(c), torch.randint(5, 100, (1, 8))
     model.train()
     assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
