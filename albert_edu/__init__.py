@@ -94,6 +94,16 @@ _HOME = {
     'read_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'ExampleDataset': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'collate': 'pretraining_data',  # 06_pretraining_examples.ipynb
+    'Lamb': 'optim',  # 07_objectives_lamb_training.ipynb
+    'parameter_groups': 'optim',  # 07_objectives_lamb_training.ipynb
+    'warmup_then_linear_decay': 'optim',  # 07_objectives_lamb_training.ipynb
+    'TrainingConfig': 'training',  # 07_objectives_lamb_training.ipynb
+    'ExampleStream': 'training',  # 07_objectives_lamb_training.ipynb
+    'save_checkpoint': 'training',  # 07_objectives_lamb_training.ipynb
+    'load_checkpoint': 'training',  # 07_objectives_lamb_training.ipynb
+    'evaluate': 'training',  # 07_objectives_lamb_training.ipynb
+    'distributed_setup': 'training',  # 07_objectives_lamb_training.ipynb
+    'pretrain': 'training',  # 07_objectives_lamb_training.ipynb
 }
 __all__ = list(_HOME)
 

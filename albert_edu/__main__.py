@@ -4,7 +4,9 @@ A dispatcher only: each command calls a function that a chapter defines and expl
 """
 
 import argparse
+import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -51,6 +53,27 @@ def make_examples(args) -> None:
     print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents to {args.out}")
 
 
+def pretrain(args) -> None:
+    from albert_edu.config import AlbertConfig
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import TrainingConfig, pretrain
+
+    try:
+        vocab_size = Tokenizer.load(Path(args.data_dir) / "tokenizer").vocab_size
+        model_config = AlbertConfig.from_preset(args.preset, vocab_size=vocab_size)
+        if args.no_dropout:
+            model_config = replace(model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                   classifier_dropout_prob=0.0)
+        config = TrainingConfig(objective=args.objective, steps=args.steps, batch_size=args.batch_size,
+                                max_seq_len=args.max_seq_len, seed=args.seed, lr=args.lr,
+                                warmup_steps=args.warmup_steps, accumulation=args.accumulation,
+                                save_every=args.save_every, eval_every=args.eval_every)
+        result = pretrain(model_config, config, Path(args.out), resume=args.resume, data_dir=Path(args.data_dir))
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+    print(json.dumps(result))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m albert_edu", description="Long-running work of the ALBERT book.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +100,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=data_dir)
     p.add_argument("--tokenizer", default=str(Path(data_dir) / "tokenizer"))
     p.set_defaults(run=make_examples)
+
+    p = commands.add_parser("pretrain", help="pre-train an ALBERT (chapter 7); also runs under torchrun")
+    p.add_argument("--preset", required=True, help="a preset of AlbertConfig, e.g. tiny or albert-base")
+    p.add_argument("--objective", required=True, choices=["sop", "nsp", "none"])
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--batch-size", type=int, default=32, help="global batch size (all processes together)")
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="run directory: checkpoints, log.jsonl, final weights")
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every K steps (default: only at the end)")
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--warmup-steps", type=int, default=100)
+    p.add_argument("--accumulation", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="no dropout anywhere (the paper's Section 4.8 finds it helps; it also makes runs on 1 and "
+                        "N processes agree, since dropout masks depend on how the batch is split)")
+    p.add_argument("--data-dir", default=data_dir)
+    p.set_defaults(run=pretrain)
 
     args = parser.parse_args(argv)
     args.run(args)

@@ -1,0 +1,166 @@
+"""LAMB against an independent implementation of the reference update; the training loop: it learns,
+resumes after SIGKILL to exactly the weights of an uninterrupted run, agrees across 1 and 2 processes under
+torchrun, and rejects bad command lines with clear errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from albert_edu import AlbertConfig
+from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
+from albert_edu.training import TrainingConfig, pretrain
+
+
+def reference_lamb_step(w, g, m, v, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):
+    """ALBERT's lamb_optimizer.py for one tensor, in NumPy (float64)."""
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    update = m / (np.sqrt(v) + eps)
+    if adapt:  # tensors that take weight decay
+        update = update + wd * w
+        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+    else:
+        ratio = 1.0
+    return w - lr * ratio * update, m, v
+
+
+def test_lamb_follows_the_reference_update_over_several_steps():
+    rng = np.random.default_rng(0)
+    matrix, bias = rng.normal(size=(5, 4)), rng.normal(size=4)
+    w = [torch.tensor(matrix, requires_grad=True), torch.tensor(bias, requires_grad=True)]
+    optimizer = Lamb([{"params": [w[0]], "weight_decay": 0.01}, {"params": [w[1]], "weight_decay": 0.0}], lr=0.05)
+    state = [(matrix.copy(), np.zeros_like(matrix), np.zeros_like(matrix)), (bias.copy(), np.zeros(4), np.zeros(4))]
+    for _ in range(6):
+        grads = [rng.normal(size=matrix.shape), rng.normal(size=bias.shape)]
+        for p, g in zip(w, grads):
+            p.grad = torch.tensor(g)
+        optimizer.step()
+        state = [reference_lamb_step(*state[0][:1], grads[0], *state[0][1:], lr=0.05, wd=0.01),
+                 reference_lamb_step(*state[1][:1], grads[1], *state[1][1:], lr=0.05, wd=0.0, adapt=False)]
+    assert np.allclose(w[0].detach().numpy(), state[0][0], atol=1e-10)
+    assert np.allclose(w[1].detach().numpy(), state[1][0], atol=1e-10)
+
+
+def test_trust_ratio_is_one_when_the_weights_are_zero():
+    w = torch.zeros(3, requires_grad=True)
+    w.grad = torch.tensor([1.0, -1.0, 2.0])
+    Lamb([w], lr=0.1, weight_decay=0.01).step()
+    expected, _, _ = reference_lamb_step(np.zeros(3), np.array([1.0, -1.0, 2.0]), np.zeros(3), np.zeros(3), 0.1, 0.01)
+    assert np.allclose(w.detach().numpy(), expected, atol=1e-6)
+
+
+def test_biases_and_layernorms_take_neither_decay_nor_trust_ratio():
+    from albert_edu import AlbertModel
+
+    decay, no_decay = parameter_groups(AlbertModel(AlbertConfig.from_preset("tiny", vocab_size=100)), 0.01)
+    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and len(no_decay["params"]) > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(lr=0.0), "lr=0.0"), (dict(lr=1.0, betas=(0.9, 1.0)), "betas"),
+                                             (dict(lr=1.0, eps=0.0), "eps=0.0")])
+def test_lamb_rejects_impossible_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Lamb([torch.zeros(1, requires_grad=True)], **kwargs)
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero():
+    factors = [warmup_then_linear_decay(s, 10, 100) for s in (0, 5, 10, 55, 100, 120)]
+    assert factors == pytest.approx([0.0, 0.5, 0.9, 0.45, 0.0, 0.0])
+
+
+TINY = AlbertConfig.from_preset("tiny")
+
+
+def test_training_lowers_the_loss_and_reports_held_out_metrics(tmp_path):
+    config = TrainingConfig(objective="sop", steps=40, batch_size=16, max_seq_len=48, warmup_steps=4, log_every=1)
+    result = pretrain(TINY, config, tmp_path / "run", progress=False)
+    losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+              if "loss" in r]
+    assert len(losses) == 40 and np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.8
+    assert set(result) >= {"mlm_accuracy", "sop_accuracy", "nsp_accuracy"}
+    assert all(0 <= result[k] <= 1 for k in ("mlm_accuracy", "sop_accuracy", "nsp_accuracy"))
+
+
+def test_an_objective_none_run_leaves_the_pair_head_untouched(tmp_path):
+    config = TrainingConfig(objective="none", steps=3, batch_size=8, max_seq_len=32, warmup_steps=1)
+    torch.manual_seed(config.seed)
+    from albert_edu import AlbertForPreTraining
+
+    initial = AlbertForPreTraining(TINY).sop_classifier.classifier.weight.detach().clone()
+    pretrain(TINY, config, tmp_path / "run", progress=False)
+    trained = AlbertForPreTraining.from_pretrained(tmp_path / "run")
+    assert torch.equal(trained.sop_classifier.classifier.weight, initial)
+
+
+COMMAND = [sys.executable, "-m", "albert_edu", "pretrain", "--preset", "tiny", "--objective", "sop", "--steps", "14",
+           "--batch-size", "8", "--max-seq-len", "48", "--warmup-steps", "2", "--seed", "3"]
+
+
+def _weights(directory):
+    return load_file(directory / "model.safetensors")
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_weights(tmp_path):
+    subprocess.run(COMMAND + ["--out", str(tmp_path / "whole")], check=True, capture_output=True)
+    interrupted = COMMAND + ["--out", str(tmp_path / "killed"), "--save-every", "2"]
+    process = subprocess.Popen(interrupted, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = tmp_path / "killed" / "checkpoints" / "latest"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if latest.exists() and latest.read_text() >= "step-0000006":
+            break
+        time.sleep(0.01)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "killed" / "model.safetensors").exists()
+    subprocess.run(interrupted + ["--resume"], check=True, capture_output=True)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "killed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
+    # without dropout: its masks depend on how the global batch is split between processes
+    command = COMMAND + ["--no-dropout", "--accumulation", "2"]
+    subprocess.run(command + ["--out", str(tmp_path / "one")], check=True, capture_output=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    result = subprocess.run(torchrun + command[1:] + ["--out", str(tmp_path / "two")], capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--preset", "albert-huge"], "unknown preset 'albert-huge'"),
+    (["--batch-size", "7", "--accumulation", "2"], "batch_size=7 must be a multiple"),
+    (["--steps", "0"], "steps=0: expected a positive integer"),
+])
+def test_cli_rejects_bad_settings_with_a_clear_error(arguments, message, tmp_path):
+    # argparse keeps the last value of a repeated option, so appending overrides COMMAND's settings
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), *arguments], capture_output=True, text=True)
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_cli_refuses_a_non_empty_out_without_resume(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "something").write_text("x")
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run")], capture_output=True, text=True)
+    assert result.returncode != 0 and "is not empty: pass resume=True (--resume)" in result.stderr
+
+
+def test_cli_reports_missing_data(tmp_path):
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "nothing")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "train-tokenizer" in result.stderr
