@@ -101,6 +101,8 @@ _HOME = {
     'ExampleStream': 'training',  # 07_objectives_lamb_training.ipynb
     'save_checkpoint': 'training',  # 07_objectives_lamb_training.ipynb
     'load_checkpoint': 'training',  # 07_objectives_lamb_training.ipynb
+    'run_identity': 'training',  # 07_objectives_lamb_training.ipynb
+    'validation_examples': 'training',  # 07_objectives_lamb_training.ipynb
     'evaluate': 'training',  # 07_objectives_lamb_training.ipynb
     'distributed_setup': 'training',  # 07_objectives_lamb_training.ipynb
     'pretrain': 'training',  # 07_objectives_lamb_training.ipynb

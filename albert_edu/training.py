@@ -9,7 +9,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -20,7 +20,7 @@ from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
-from albert_edu.pretraining_data import OBJECTIVES, collate, create_examples
+from albert_edu.pretraining_data import OBJECTIVES, Example, collate, create_examples
 from albert_edu.tokenizer import Tokenizer
 
 
@@ -98,7 +98,7 @@ def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleS
     moments = {f"{i}.{name}": state[name] for i, p in enumerate(_parameters(optimizer))
                for state in [optimizer.state.get(p, {})] for name in ("m", "v") if name in state}
     save_file({**moments, "torch_rng_state": torch.get_rng_state()}, tmp / "optimizer.safetensors")
-    meta = {"step": step, "stream": stream.position(), "training": asdict(config)}
+    meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
     (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -117,8 +117,9 @@ def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, conf
         return 0
     directory = out_dir / "checkpoints" / pointer.read_text().strip()
     meta = json.loads((directory / "state.json").read_text())
-    if meta["training"] != asdict(config):
-        changed = sorted(k for k in meta["training"] if meta["training"][k] != asdict(config).get(k))
+    now = run_identity(model.config, config, stream)
+    if meta["run"] != now:
+        changed = sorted(k for k in now if meta["run"].get(k) != now[k])
         raise ValueError(f"{out_dir} was started with different settings ({changed}); "
                          f"resume with the same command, or use a new --out")
     model.load_state_dict(type(model).from_pretrained(directory).state_dict())
@@ -131,36 +132,52 @@ def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, conf
     return meta["step"]
 
 
+def run_identity(model_config, config: TrainingConfig, stream: ExampleStream) -> dict:
+    """What must not change between a run and its resumption: the model, the training settings (but not how
+    often it logs, evaluates or saves) and the data."""
+    training = {k: v for k, v in asdict(config).items() if k not in ("log_every", "eval_every", "save_every")}
+    data = {"documents": len(stream.documents), "sentences": sum(len(d.sentences) for d in stream.documents),
+            "vocab_size": stream.tokenizer.vocab_size}
+    return {**{f"training.{k}": v for k, v in training.items()},
+            **{f"model.{k}": v for k, v in model_config.to_dict().items()}, **{f"data.{k}": v for k, v in data.items()}}
+
+
 def _parameters(optimizer) -> list:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-_VALIDATION_CACHE = {}
+def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int,
+                        max_examples: int = 512) -> dict[str, list[Example]]:
+    """Held-out SOP and NSP examples, drawn from all documents: shuffled with a fixed seed, then cut."""
+    examples = {}
+    for objective in ("sop", "nsp"):
+        every = create_examples(documents, tokenizer, objective, max_seq_len, seed=4321)
+        random.Random(4321).shuffle(every)
+        examples[objective] = every[:max_examples]
+    return examples
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer: Tokenizer, documents, max_seq_len: int, max_examples: int = 512,
-             batch_size: int = 64) -> dict[str, float]:
-    """MLM accuracy and both pair tasks on held-out documents, whatever objective the model was trained with:
-    the pair head's class 0 means "A then B as written" for SOP and NSP alike."""
-    key = (id(documents), max_seq_len, max_examples)
-    if key not in _VALIDATION_CACHE:
-        _VALIDATION_CACHE[key] = {objective: create_examples(documents, tokenizer, objective, max_seq_len, seed=4321)
-                                  [:max_examples] for objective in ("sop", "nsp")}
+def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) -> dict[str, float]:
+    """MLM accuracy and both pair tasks, whatever objective the model was trained with (the pair head's class 0
+    means "A then B as written" for SOP and NSP alike), with the majority-class rate of each pair task: the
+    accuracy of always guessing the commoner label, which is the chance level to beat."""
     was_training = model.training
     model.eval()
     scores = {}
-    for objective, examples in _VALIDATION_CACHE[key].items():
+    for objective, subset in examples.items():
         mlm_right = mlm_total = pair_right = 0
-        for start in range(0, len(examples), batch_size):
-            batch = collate(examples[start:start + batch_size])
+        for start in range(0, len(subset), batch_size):
+            batch = collate(subset[start:start + batch_size])
             labels = batch.pop("labels")
             pair_labels = batch.pop("sentence_order_label")
             out = model(**batch, labels=labels)
             mlm_right += int((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
             mlm_total += int((labels != -100).sum())
             pair_right += int((out.sop_logits.argmax(-1) == pair_labels).sum())
-        scores[f"{objective}_accuracy"] = pair_right / len(examples)
+        positives = sum(e.pair_label for e in subset) / len(subset)
+        scores[f"{objective}_accuracy"] = pair_right / len(subset)
+        scores[f"{objective}_majority"] = max(positives, 1 - positives)
         if objective == "sop":
             scores["mlm_accuracy"] = mlm_right / mlm_total
     model.train(was_training)
@@ -168,9 +185,10 @@ def evaluate(model, tokenizer: Tokenizer, documents, max_seq_len: int, max_examp
 
 
 def distributed_setup() -> tuple[int, int]:
-    """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process."""
+    """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process.
+    The loop trains on the CPU, so processes talk through gloo."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("gloo")
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
@@ -195,6 +213,9 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
+    if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
+        kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
+        (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
     schedule = lambda s: warmup_then_linear_decay(s, config.warmup_steps, config.steps)  # noqa: E731
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     scheduler.last_epoch = step
@@ -202,17 +223,17 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
         group["lr"] = base * schedule(step)
     wrapped = torch.nn.parallel.DistributedDataParallel(
         model, find_unused_parameters=config.objective == "none") if world > 1 else model
-    validation = load_documents("validation", data_dir)
+    validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = open(out_dir / "log.jsonl", "a") if rank == 0 else None
     bar = _progress(config.steps, step, progress and rank == 0)
-    metrics, started, tokens = {}, time.perf_counter(), 0
+    metrics, started, tokens, loss = {}, time.perf_counter(), 0, None
     while step < config.steps and (stop_after is None or step < stop_after):
         global_batch = stream.take(config.batch_size)  # every process walks the whole stream, keeps its share
         mine = global_batch[rank * micro * config.accumulation:(rank + 1) * micro * config.accumulation]
         loss = _accumulate(wrapped, mine, micro, config, world, sum(len(e.mlm_positions) for e in global_batch))
         lr = optimizer.param_groups[0]["lr"]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the norm before clipping
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -220,13 +241,13 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
         tokens += sum(len(e.input_ids) for e in global_batch)
         if world > 1:
             dist.all_reduce(loss)
-        record = {"step": step, "loss": round(loss.item(), 5), "lr": lr,
+        record = {"step": step, "loss": round(loss.item(), 5), "lr": lr, "grad_norm": round(grad_norm.item(), 4),
                   "tokens_per_s": round(tokens / (time.perf_counter() - started))}
         if rank == 0 and (step % config.log_every == 0 or step == config.steps):
             log.write(json.dumps(record) + "\n")
             log.flush()
         if rank == 0 and (step == config.steps or config.eval_every and step % config.eval_every == 0):
-            metrics = evaluate(model, tokenizer, validation, config.max_seq_len)
+            metrics = evaluate(model, validation)
             log.write(json.dumps({"step": step, "eval": metrics}) + "\n")
             log.flush()
         if rank == 0 and (config.save_every and step % config.save_every == 0 or step == config.steps):
@@ -235,10 +256,11 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
         bar.set_postfix(loss=record["loss"], tokens_per_s=record["tokens_per_s"])
     bar.close()
     if rank == 0 and step == config.steps:
+        metrics = metrics or evaluate(model, validation)  # a resumed run that was already complete
         model.save_pretrained(out_dir)
     if world > 1:
         dist.barrier()
-    return {"step": step, "loss": loss.item() if step else None, **metrics}
+    return {"step": step, "loss": None if loss is None else loss.item(), **metrics}
 
 
 def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int) -> torch.Tensor:
@@ -264,4 +286,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'evaluate', 'distributed_setup', 'pretrain']
+__all__ = ['TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'evaluate', 'distributed_setup', 'pretrain']

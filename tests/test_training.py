@@ -61,9 +61,12 @@ def test_trust_ratio_is_one_when_the_weights_are_zero():
 def test_biases_and_layernorms_take_neither_decay_nor_trust_ratio():
     from albert_edu import AlbertModel
 
-    decay, no_decay = parameter_groups(AlbertModel(AlbertConfig.from_preset("tiny", vocab_size=100)), 0.01)
-    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
-    assert no_decay["weight_decay"] == 0.0 and len(no_decay["params"]) > 0
+    model = AlbertModel(AlbertConfig.from_preset("tiny", vocab_size=100))
+    decay, no_decay = parameter_groups(model, 0.01)
+    names = {id(p): name for name, p in model.named_parameters()}
+    exempt = {names[id(p)] for p in no_decay["params"]}
+    assert exempt == {n for n in names.values() if n.endswith("bias") or "LayerNorm" in n}
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.01
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(lr=0.0), "lr=0.0"), (dict(lr=1.0, betas=(0.9, 1.0)), "betas"),
@@ -164,3 +167,64 @@ def test_cli_reports_missing_data(tmp_path):
     result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "nothing")],
                             capture_output=True, text=True)
     assert result.returncode != 0 and "train-tokenizer" in result.stderr
+
+
+SMALL = dict(steps=6, batch_size=8, max_seq_len=32, warmup_steps=1)
+NO_DROPOUT = AlbertConfig.from_preset("tiny", classifier_dropout_prob=0.0)
+
+
+def test_accumulating_micro_batches_equals_one_large_batch(tmp_path):
+    pretrain(NO_DROPOUT, TrainingConfig(**SMALL), tmp_path / "one", progress=False)
+    pretrain(NO_DROPOUT, TrainingConfig(**SMALL, accumulation=4), tmp_path / "four", progress=False)
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "four")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_resuming_a_finished_run_rewrites_its_final_weights(tmp_path):
+    config = TrainingConfig(**SMALL, save_every=2)
+    pretrain(TINY, config, tmp_path / "run", progress=False)
+    before = _weights(tmp_path / "run")
+    (tmp_path / "run" / "model.safetensors").unlink()  # as if killed after the last checkpoint
+    result = pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)
+    after = _weights(tmp_path / "run")
+    assert result["step"] == 6 and "mlm_accuracy" in result
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_refuses_a_changed_model_and_keeps_one_log_line_per_step(tmp_path):
+    config = TrainingConfig(**SMALL, save_every=2, log_every=1)
+    pretrain(TINY, config, tmp_path / "run", stop_after=3, progress=False)  # last checkpoint: step 2
+    with pytest.raises(ValueError, match="model.classifier_dropout_prob"):
+        pretrain(NO_DROPOUT, config, tmp_path / "run", resume=True, progress=False)
+    pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)
+    steps = [r["step"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+             if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_gradients_are_clipped_to_norm_one_every_step(tmp_path, monkeypatch):
+    calls = []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: calls.append(max_norm) or clip(
+        params, max_norm))
+    pretrain(TINY, TrainingConfig(**SMALL), tmp_path / "run", progress=False)
+    assert calls == [1.0] * SMALL["steps"]
+
+
+def test_evaluate_counts_correct_predictions(tmp_path):
+    from albert_edu import AlbertForPreTraining
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import collate
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import evaluate, validation_examples
+
+    model = AlbertForPreTraining(TINY).eval()
+    examples = validation_examples(load_documents("validation"), Tokenizer.load(), 32, max_examples=20)
+    scores = evaluate(model, examples, batch_size=7)
+    batch = collate(examples["nsp"])
+    labels = batch.pop("labels")
+    pairs = batch.pop("sentence_order_label")
+    with torch.no_grad():
+        expected = (model(**batch).sop_logits.argmax(-1) == pairs).float().mean().item()
+    assert scores["nsp_accuracy"] == pytest.approx(expected)
+    assert scores["nsp_majority"] == pytest.approx(max(pairs.float().mean().item(), 1 - pairs.float().mean().item()))
