@@ -23,8 +23,7 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
-def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                 attention_mask: torch.Tensor | None = None) -> None:
+def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> None:
     """Raise ValueError naming the value when an input cannot be embedded by a model of config `c`."""
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must be a (batch, length) integer tensor; got shape "
@@ -41,9 +40,6 @@ def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch
         if low < 0 or high >= size:
             bad = low if low < 0 else high
             raise ValueError(f"{name} contains {bad}, outside [0, {size}) of this model")
-    if attention_mask is not None and attention_mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
-                         f"expected {tuple(input_ids.shape)} like input_ids")
 
 
 class AlbertEmbeddings(nn.Module):
