@@ -107,3 +107,68 @@ def test_chapters_import_only_modules_that_earlier_chapters_define():
                 else:
                     continue
                 assert used <= defined | plumbing, f"{chapter.file} uses {sorted(used - defined - plumbing)} before they are defined"
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A copy of chapters/ and albert_edu/ that export and check may change."""
+    for folder, pattern in (("chapters", "*.ipynb"), ("albert_edu", "*.py")):
+        (tmp_path / folder).mkdir()
+        for path in (booktool.ROOT / folder).glob(pattern):
+            shutil.copy(path, tmp_path / folder / path.name)
+    monkeypatch.setattr(booktool, "ROOT", tmp_path)
+    monkeypatch.setattr(booktool, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(booktool, "PACKAGE", tmp_path / "albert_edu")
+    return tmp_path
+
+
+def test_check_reports_a_hand_edited_module(sandbox):
+    path = sandbox / "albert_edu" / "params.py"
+    path.write_text(path.read_text() + "\n# a hand edit\n")
+    assert booktool.check(BOOK) == ["albert_edu/params.py differs from its chapter (edited by hand, or the chapter changed)"]
+    booktool.export(BOOK)
+    assert booktool.check(BOOK) == []
+
+
+def test_export_refuses_to_overwrite_a_hand_written_module(sandbox):
+    (sandbox / "albert_edu" / "params.py").write_text("# written by hand\n")
+    with pytest.raises(BookError, match="hand-written albert_edu/params.py"):
+        booktool.export(BOOK)
+
+
+def test_check_reports_a_stale_generated_module(sandbox):
+    (sandbox / "albert_edu" / "old.py").write_text(booktool.GENERATED_MARK + " from chapters/99_gone.ipynb\n")
+    assert booktool.check(BOOK) == ["albert_edu/old.py was generated but no chapter exports it now"]
+    booktool.export(BOOK)
+    assert not (sandbox / "albert_edu" / "old.py").exists()
+
+
+def test_export_refuses_a_module_the_manifest_does_not_list(sandbox):
+    path = sandbox / "chapters" / "01_parameter_budget.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                        "source": ["#| export tokenizer\n", "x = 1\n"]})
+    path.write_text(json.dumps(nb))
+    with pytest.raises(BookError, match="exports to 'tokenizer'"):
+        booktool.export_sources(BOOK)
+
+
+def test_chapter_lookup_by_number_stem_or_file():
+    assert BOOK.chapter("1") == BOOK.chapter("01_parameter_budget") == BOOK.chapter("chapters/01_parameter_budget.ipynb")
+    with pytest.raises(BookError, match="no chapter '42'"):
+        BOOK.chapter("42")
+
+
+def test_bad_manifest_names_the_problem(tmp_path):
+    bad = tmp_path / "book.toml"
+    bad.write_text('title = "t"\nauthors = []\ncopyright = "c"\nchapters = []\n[test]\nseed = 0\n')
+    with pytest.raises(BookError, match=r"\[test\] has no 'threads'"):
+        load_book(bad)
+
+
+def test_package_names_load_lazily_and_unknown_names_fail():
+    import albert_edu
+
+    assert albert_edu.AlbertConfig.__module__ == "albert_edu.config"
+    with pytest.raises(AttributeError, match="no attribute 'AlbertKonfig'"):
+        albert_edu.AlbertKonfig
