@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import unicodedata
 import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass, field

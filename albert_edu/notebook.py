@@ -11,7 +11,6 @@ import statistics
 import time
 from collections.abc import Callable
 
-import matplotlib
 import numpy as np
 
 from albert_edu.book import load_book
@@ -53,9 +52,9 @@ def setup_notebook(seed: int | None = None) -> int:
     torch.manual_seed(seed)
     torch.set_num_threads(book.threads)
     torch.set_printoptions(precision=4, sci_mode=False)
-    import matplotlib.pyplot  # noqa: F401  (loads the inline backend first, so our style is not overridden)
+    import matplotlib.pyplot as plt  # loads the inline backend first, so our style is not overridden
 
-    matplotlib.rcParams.update(FIGURE_STYLE)
+    plt.rcParams.update(FIGURE_STYLE)
     try:
         from IPython import get_ipython
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from albert_edu.corpus import Document
+from albert_edu.corpus import Document, write_atomically
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 OBJECTIVES = ("sop", "nsp", "none")
@@ -159,13 +159,8 @@ def create_examples(documents: list[Document], tokenizer: Tokenizer, objective: 
 
 
 def write_examples(examples: list[Example], path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for example in examples:
-            f.write(json.dumps(asdict(example)) + "\n")
-    tmp.replace(path)
+    """One JSON object per line, written atomically."""
+    write_atomically(Path(path), "".join(json.dumps(asdict(e)) + "\n" for e in examples).encode())
 
 
 def read_examples(path: Path) -> list[Example]:

@@ -1,8 +1,6 @@
 """The model against transformers' ALBERT on the same weights, in both directions of loading, and the
 model's own contracts: parameter counts, input validation, labels and losses."""
 
-from dataclasses import replace
-
 import pytest
 import torch
 import transformers

@@ -222,7 +222,7 @@ def test_evaluate_counts_correct_predictions(tmp_path):
     examples = validation_examples(load_documents("validation"), Tokenizer.load(), 32, max_examples=20)
     scores = evaluate(model, examples, batch_size=7)
     batch = collate(examples["nsp"])
-    labels = batch.pop("labels")
+    del batch["labels"]
     pairs = batch.pop("sentence_order_label")
     with torch.no_grad():
         expected = (model(**batch).sop_logits.argmax(-1) == pairs).float().mean().item()
