@@ -5,6 +5,7 @@ A dispatcher only: each command calls a function that a chapter defines and expl
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,42 @@ def pretrain(args) -> None:
     print(json.dumps(result))
 
 
+def experiment(args) -> None:
+    import platform
+    import time
+
+    from albert_edu.experiments import RESULTS_DIR, figure1_runs, run_dir, run_summary, table5_runs, train_all
+
+    data_dir = Path(args.data_dir)
+    if not (data_dir / "tokenizer" / "spiece.model").exists():
+        sys.exit(f"error: no tokenizer in {data_dir}; run `python -m albert_edu prepare-data` and "
+                 f"`python -m albert_edu train-tokenizer` first")
+    try:
+        table5, figure1 = table5_runs(args.recipe), figure1_runs(args.recipe)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    runs = table5 + [r for r in figure1.values() if r not in table5]
+    started = time.perf_counter()
+    train_all(runs, Path(args.runs_dir), data_dir, workers=args.workers)
+    results = {"recipe": args.recipe, "command": f"python -m albert_edu experiment --recipe {args.recipe}",
+               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": args.workers,
+               "minutes": round((time.perf_counter() - started) / 60, 1),
+               "table5": [run_summary(run_dir(r, Path(args.runs_dir), data_dir)) for r in table5],
+               "figure1": {style: run_summary(run_dir(r, Path(args.runs_dir), data_dir)) | {"transitions": None}
+                           for style, r in figure1.items()}}
+    try:
+        from albert_edu.analysis import figure1_curves
+    except ImportError:  # chapter 9 not exported: the curves are left out
+        figure1_curves = None
+    if figure1_curves is not None:
+        for style, r in figure1.items():
+            results["figure1"][style]["transitions"] = figure1_curves(run_dir(r, Path(args.runs_dir), data_dir), data_dir)
+    out = Path(args.out) if args.out else RESULTS_DIR / f"{args.recipe}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out} ({len(runs)} runs, {results['minutes']} minutes of training and scoring)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m albert_edu", description="Long-running work of the ALBERT book.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +158,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=data_dir)
     p.set_defaults(run=pretrain)
 
+    p = commands.add_parser("experiment", help="train (or load from the cache) the runs of chapters 8 and 9 and "
+                                               "write their results")
+    p.add_argument("--recipe", default="book", choices=["book", "full"], help="book (minutes, the chapters' live runs) or full (about an "
+                                                    "hour on 2 cores; the results the chapters show)")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--runs-dir", default=str(Path(data_dir) / "runs"), help="the run cache (default: data/runs/)")
+    p.add_argument("--out", help="results file (default: data/results/RECIPE.json)")
+    p.add_argument("--data-dir", default=data_dir)
+    p.set_defaults(run=experiment)
+
+    commands.add_parser("classroom", add_help=False, help="nbgrader assignments from the chapters: build, "
+                                                           "autograde (see `classroom --help`)")
+
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["classroom"]:  # its own sub-commands and options
+        from albert_edu.classroom import main as classroom
+
+        return classroom(argv[1:])
     args = parser.parse_args(argv)
     args.run(args)
 

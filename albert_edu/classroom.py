@@ -1,0 +1,167 @@
+"""Graded assignments from the chapters, with nbgrader.
+
+    python -m albert_edu classroom build [--course DIR] [CHAPTER ...]
+    python -m albert_edu classroom autograde [--course DIR]
+
+`build` lays out an nbgrader course (default `_build/classroom`): one assignment per chapter that has
+exercises, named `chNN`, with the chapter as its source (`source/chNN/NN_slug.ipynb`, solutions and hidden
+tests included), and generates the student versions in `release/chNN/` (solutions replaced by a stub, hidden
+tests removed). Students work in the same environment as the book (`make lab`), because a chapter imports
+the library and reads the prepared data.
+
+`autograde` grades every notebook placed in `submitted/<student>/chNN/`, as nbgrader expects, and prints a
+table of scores per student and assignment. Hidden tests are put back from the source before grading.
+
+Like albert_edu.book, this is tooling rather than a lesson about ALBERT, so it is a plain module.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from albert_edu.book import BUILD, CHAPTERS, ROOT, kernel_env, load_book
+
+COURSE_DIR = BUILD / "classroom"
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
+CONFIG = """# Written by `python -m albert_edu classroom build`; rebuilt each time.
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = "albert-edu"
+c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+c.Execute.timeout = {timeout}
+c.Autograde.create_student = True
+"""
+
+
+def assignment_name(chapter_file: str) -> str:
+    """"08_nsp_vs_sop.ipynb" -> "ch08"."""
+    return "ch" + chapter_file.split("_", 1)[0]
+
+
+def graded_chapters() -> list[str]:
+    """The chapter files, in reading order, that hold nbgrader exercises."""
+    return [c.file for c in load_book().chapters
+            if any("nbgrader" in cell.get("metadata", {}) for cell in _cells(CHAPTERS / c.file))]
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def _select(chapters: list[str] | None) -> list[str]:
+    available = graded_chapters()
+    if not chapters:
+        return available
+    chosen = []
+    for wanted in chapters:
+        matches = [f for f in available if f.startswith(wanted.zfill(2) + "_") or f == wanted]
+        if not matches:
+            raise ValueError(f"chapter {wanted!r} has no exercises or does not exist: expected one of "
+                             f"{[f.split('_', 1)[0] for f in available]}")
+        chosen += matches
+    return chosen
+
+
+def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run one nbgrader command in the course directory, in the book's kernel environment."""
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course,
+                            env={**os.environ, **kernel_env(load_book()),  # nbgrader calls alembic from PATH
+                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[str, Path]:
+    """Write the course and generate the student versions. Returns {assignment: release notebook}."""
+    course = Path(course).resolve()
+    files = _select(chapters)
+    course.mkdir(parents=True, exist_ok=True)
+    book = load_book()
+    (course / "nbgrader_config.py").write_text(CONFIG.format(root=str(course), timeout=book.cell_timeout_s))
+    released = {}
+    for file in files:
+        name = assignment_name(file)
+        shutil.rmtree(course / "source" / name, ignore_errors=True)
+        (course / "source" / name).mkdir(parents=True)
+        shutil.copy(CHAPTERS / file, course / "source" / name / file)
+        nbgrader(course, "generate_assignment", name, "--force")
+        released[name] = course / "release" / name / file
+        leaked = [m for m in SOLUTION_MARKERS if m in released[name].read_text()]
+        if leaked:
+            raise RuntimeError(f"{released[name]} still contains {leaked}: expected nbgrader to remove solutions")
+    return released
+
+
+def autograde(course: Path = COURSE_DIR) -> dict[tuple[str, str], dict[str, float]]:
+    """Grade every submission in course/submitted. Returns {(student, assignment): scores}: the points of the
+    code tests ("code", out of "max_code") and the points of written answers, which a teacher grades by hand
+    in nbgrader's formgrader ("max_written")."""
+    course = Path(course).resolve()
+    submitted = sorted((course / "submitted").glob("*/ch*"))
+    if not submitted:
+        raise FileNotFoundError(f"no submissions in {course / 'submitted'}: expected "
+                                f"submitted/<student>/<assignment>/<notebook>.ipynb")
+    for folder in submitted:
+        nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force")
+    return read_scores(course)
+
+
+def read_scores(course: Path = COURSE_DIR) -> dict[tuple[str, str], dict[str, float]]:
+    """The gradebook's scores of every submission in course/submitted (see autograde)."""
+    from nbgrader.api import Gradebook
+
+    course = Path(course).resolve()
+    submitted = sorted((course / "submitted").glob("*/ch*"))
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for folder in submitted:
+            s = gradebook.find_submission(folder.name, folder.parent.name)
+            scores[(folder.parent.name, folder.name)] = {"code": s.code_score, "max_code": s.max_code_score,
+                                                          "max_written": s.max_written_score}
+    return scores
+
+
+def print_scores(scores: dict[tuple[str, str], dict[str, float]]) -> None:
+    """One row per student: code-test points per assignment and in total. Written answers are listed apart:
+    they wait for a teacher."""
+    students = sorted({s for s, _ in scores})
+    assignments = sorted({a for _, a in scores})
+    width = max(len(s) for s in students + ["student"])
+    print("student".ljust(width), *[a.rjust(9) for a in assignments], "    total")
+    for student in students:
+        got = [scores.get((student, a)) for a in assignments]
+        cells = [f"{g['code']:g}/{g['max_code']:g}".rjust(9) if g else "-".rjust(9) for g in got]
+        total = sum(g["code"] for g in got if g), sum(g["max_code"] for g in got if g)
+        print(student.ljust(width), *cells, f"{total[0]:g}/{total[1]:g}".rjust(9))
+    written = {a: max(g["max_written"] for (_, b), g in scores.items() if b == a) for a in assignments}
+    if any(written.values()):
+        print("written answers to grade by hand (points): " +
+              ", ".join(f"{a} {p:g}" for a, p in written.items() if p))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m albert_edu classroom",
+                                     description="Graded assignments from the chapters, with nbgrader.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("build", help="lay out the course and generate the student versions")
+    p.add_argument("chapters", nargs="*", help="chapter numbers, e.g. 01 07 (default: every chapter with exercises)")
+    p.add_argument("--course", default=str(COURSE_DIR), help=f"course directory (default: {COURSE_DIR.relative_to(ROOT)})")
+    p = commands.add_parser("autograde", help="grade course/submitted/<student>/<assignment>/ and print the scores")
+    p.add_argument("--course", default=str(COURSE_DIR))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            for name, path in build(Path(args.course), args.chapters).items():
+                print(f"{name}: student version {path}")
+        else:
+            print_scores(autograde(Path(args.course)))
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        sys.exit(f"error: {error}")
