@@ -407,6 +407,35 @@ def index_page(book: Book) -> str:
     return "\n".join(lines + ["```", ""])
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _markdown_cell(text: str, cell_id: str) -> dict:
+    return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
+
+
+def decorate_for_html(path: Path, chapter: Chapter) -> None:
+    """Add what a reader of the HTML page needs and a notebook reader does not: below the title, how to run the
+    chapter and a link to download its notebook; after every interactive explorer (an ipywidgets output, which
+    a static page cannot run), a note to run it live."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    number = chapter.file.split("_", 1)[0]
+    hint = (f"```{{admonition}} Run this chapter\n:class: tip\n"
+            f"Open `chapters/{chapter.file}` in JupyterLab (`make lab`) and run all cells, or re-execute it in "
+            f"place with `make run CHAPTER={number}`. Download the notebook: "
+            f"{{download}}`{chapter.file} <{chapter.file}>`.\n```")
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        cells.append(cell)
+        if i == 0:
+            cells.append(_markdown_cell(hint, "run-this-chapter"))
+        if any(WIDGET in output.get("data", {}) for output in cell.get("outputs", [])):
+            cells.append(_markdown_cell("```{note}\nThis explorer is interactive: its controls work only in a running "
+                                        "notebook. Open the chapter in JupyterLab to use it.\n```", f"explorer-note-{i}"))
+    nb["cells"] = cells
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def build_html(book: Book, execute_chapters: bool = True) -> Path:
     src, html = BUILD / "src", BUILD / "html"
     shutil.rmtree(src, ignore_errors=True)
@@ -416,6 +445,8 @@ def build_html(book: Book, execute_chapters: bool = True) -> Path:
     else:
         for chapter in book.chapters:
             shutil.copy(chapter.path, src / chapter.file)
+    for chapter in book.chapters:
+        decorate_for_html(src / chapter.file, chapter)
     (src / "index.md").write_text(index_page(book), encoding="utf-8")
     (src / "conf.py").write_text(sphinx_conf(book), encoding="utf-8")
     (src / "_static").mkdir()

@@ -172,3 +172,21 @@ def test_package_names_load_lazily_and_unknown_names_fail():
     assert albert_edu.AlbertConfig.__module__ == "albert_edu.config"
     with pytest.raises(AttributeError, match="no attribute 'AlbertKonfig'"):
         albert_edu.AlbertKonfig
+
+
+def test_html_pages_get_a_run_hint_a_notebook_link_and_explorer_notes(tmp_path):
+    chapter = load_book().chapters[1]
+    widget = {"output_type": "display_data", "data": {booktool.WIDGET: {"model_id": "x"}, "text/plain": ["w"]},
+              "metadata": {}}
+    cells = [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# 1. Title"},
+             {"cell_type": "code", "id": "b", "metadata": {}, "source": "explorer()", "execution_count": 1,
+              "outputs": [widget]},
+             {"cell_type": "code", "id": "c", "metadata": {}, "source": "1", "execution_count": 2, "outputs": []}]
+    path = tmp_path / chapter.file
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    booktool.decorate_for_html(path, chapter)
+    out = json.loads(path.read_text())["cells"]
+    assert [c["id"] for c in out] == ["a", "run-this-chapter", "b", "explorer-note-1", "c"]
+    hint = out[1]["source"]
+    assert f"make run CHAPTER={chapter.file[:2]}" in hint and f"{{download}}`{chapter.file} <{chapter.file}>`" in hint
+    assert "interactive" in out[3]["source"]
