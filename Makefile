@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make book   set up .venv, run every chapter, render the HTML book to _build/html/index.html
 #   make test   set up .venv, run the unit tests and nbval over every chapter
-# Helpers: make lab, make export, make check, make run [CHAPTER=01], make html, make clean.
+# Helpers: make lab, make export, make check, make run [CHAPTER=01], make html, make experiment [RECIPE=full], make explore,
+# make clean.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -11,7 +12,7 @@ SETUP := $(VENV)/.setup-done
 # gain. To try xdist: make test PYTEST_ARGS="-n 2 --dist loadfile" (loadfile keeps a notebook in one kernel).
 PYTEST_ARGS ?=
 
-.PHONY: book test lab export check run html clean data
+.PHONY: book test lab export check run html clean data experiment explore
 
 $(SETUP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required (PYTHON=$(PYTHON))")'
@@ -35,6 +36,16 @@ test: data
 
 lab: data
 	$(BIN)/jupyter lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# Chapters 8-9's runs: RECIPE=book (minutes) or RECIPE=full (about an hour on 2 cores; writes data/results/full.json).
+RECIPE ?= book
+experiment: data
+	$(BIN)/python -m albert_edu experiment --recipe $(RECIPE)
+
+# The explorers (chapters 1, 6, 9) as a web app: Voila on 127.0.0.1 (PORT=8866).
+PORT ?= 8866
+explore: data
+	$(BIN)/python -m albert_edu.explorers serve --port $(PORT)
 
 export: $(SETUP)
 	$(BIN)/python -m albert_edu.book export

@@ -1,0 +1,263 @@
+"""The book's interactive explorers: ipywidgets front ends over plain functions that the tests check.
+
+    parameter_explorer()  chapter 1: V, E, H, L, sharing and groups -> the parameter budget beside BERT's
+    masking_explorer()    chapter 6: a document, an objective and a seed -> the pair and its masked spans
+    layer_explorer()      chapter 9: a model and a layer -> how far that layer moves the embeddings, and one
+                          token's path through all the layers
+
+Each explorer runs in JupyterLab (the chapters call them) or as a small web app:
+
+    python -m albert_edu.explorers serve [--port 8866]   # (make explore) Voila on 127.0.0.1
+
+Like albert_edu.notebook, this is interface code rather than a lesson, so it is a plain module. It imports
+the chapters' modules inside functions, so importing it is cheap.
+"""
+
+import argparse
+import html
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from albert_edu.book import BUILD, ROOT
+
+EXPLORE_DIR = BUILD / "explore"
+
+
+# ---- chapter 1: the parameter budget -------------------------------------------------------------------
+
+def budget_text(vocab_size: int, embedding_size: int, hidden_size: int, num_hidden_layers: int,
+                sharing: str = "all", num_hidden_groups: int = 1) -> str:
+    """One line: the model's parameters, BERT's with the same V, H and L, and the ratio."""
+    from albert_edu.params import budget_summary
+
+    s = budget_summary(vocab_size, embedding_size, hidden_size, num_hidden_layers, sharing, num_hidden_groups)
+    return (f"this model: {s['total']:,} parameters | BERT with the same V, H, L: {s['bert_total']:,} | "
+            f"{100 * s['fraction_of_bert']:.1f}% of BERT")
+
+
+def parameter_explorer():
+    import ipywidgets as widgets
+
+    controls = dict(
+        vocab_size=widgets.IntSlider(30000, min=1000, max=250000, step=1000, description="V"),
+        embedding_size=widgets.Dropdown(options=[32, 64, 128, 256, 512, 768, 1024, 2048, 4096], value=128,
+                                        description="E"),
+        hidden_size=widgets.IntSlider(768, min=64, max=4096, step=64, description="H"),
+        num_hidden_layers=widgets.IntSlider(12, min=1, max=48, description="L"),
+        sharing=widgets.Dropdown(options=["all", "attention", "ffn", "none"], value="all", description="sharing"),
+        num_hidden_groups=widgets.IntSlider(1, min=1, max=48, description="G"),
+    )
+    result = widgets.HTML()
+
+    def update(_=None):
+        try:
+            result.value = f'<p class="explorer-result">{html.escape(budget_text(**{k: c.value for k, c in controls.items()}))}</p>'
+        except ValueError as error:
+            result.value = f'<p class="explorer-result explorer-error">{html.escape(str(error))}</p>'
+
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
+    items = list(controls.values())
+    return widgets.VBox([widgets.HBox(items[:3]), widgets.HBox(items[3:]), result])
+
+
+# ---- chapter 6: pairs and masks ------------------------------------------------------------------------
+
+def pair_view(documents, tokenizer, document: int, objective: str, seed: int, max_seq_len: int = 64) -> dict:
+    """The first training pair that chapter 6's recipe makes from documents[document], masked: the pieces of
+    [CLS] A [SEP] B [SEP] as the model sees them, which of them are to be predicted (with the original piece),
+    and the pair label. Other documents only supply NSP's random B."""
+    from albert_edu.pretraining_data import OBJECTIVES, mask_ngrams, segment_pairs
+
+    if not 0 <= document < len(documents):
+        raise ValueError(f"document={document}: expected 0 <= document < {len(documents)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
+    rng = random.Random(seed)
+    order = [documents[document]] + documents[:document] + documents[document + 1:]
+    tokenized = [tokenizer.encode_batch(d.sentences) for d in order]
+    a, b, label = next(segment_pairs(tokenized, objective, max_seq_len, rng))
+    ids, types = tokenizer.encode_pair(a, b)
+    masked, positions, originals = mask_ngrams(ids, tokenizer, rng)
+    meaning = {"sop": ("in order", "swapped"), "nsp": ("B follows A", "B from another document"),
+               "none": ("in order", "in order")}[objective]
+    return {"pieces": tokenizer.pieces(masked), "segments": types, "label": label, "meaning": meaning[label],
+            "predict": {p: piece for p, piece in zip(positions, tokenizer.pieces(originals))},
+            "document": order[0].title}
+
+
+def pair_html(view: dict) -> str:
+    """The pair as HTML: segment B shaded, pieces to predict outlined with the original as a tooltip."""
+    out = []
+    for i, (piece, segment) in enumerate(zip(view["pieces"], view["segments"])):
+        style = "background:#eef" if segment else ""
+        if i in view["predict"]:
+            style += ";outline:2px solid #C44E52"
+            out.append(f'<span style="{style}" title="{html.escape(view["predict"][i])}">{html.escape(piece)}</span>')
+        else:
+            out.append(f'<span style="{style}">{html.escape(piece)}</span>')
+    return (f'<p class="explorer-result">label {view["label"]}: {html.escape(view["meaning"])} | '
+            f'{len(view["predict"])} of {len(view["pieces"])} pieces to predict</p>'
+            f'<p style="line-height:1.8">{" ".join(out)}</p>')
+
+
+def masking_explorer(split: str = "validation"):
+    import ipywidgets as widgets
+
+    from albert_edu.corpus import load_documents
+    from albert_edu.tokenizer import Tokenizer
+
+    documents, tokenizer = load_documents(split), Tokenizer.load()
+    titles = [(f"{i}: {d.title}", i) for i, d in enumerate(documents)]
+    controls = dict(document=widgets.Dropdown(options=titles, value=0, description="document"),
+                    objective=widgets.Dropdown(options=["sop", "nsp", "none"], value="sop", description="objective"),
+                    seed=widgets.BoundedIntText(0, min=0, max=10**6, description="seed"))
+    result = widgets.HTML()
+
+    def update(_=None):
+        values = {k: c.value for k, c in controls.items()}
+        result.value = pair_html(pair_view(documents, tokenizer, **values))
+
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox(list(controls.values())), result])
+
+
+# ---- chapter 9: embeddings across layers ---------------------------------------------------------------
+
+def token_path(states, row: int, position: int) -> dict[str, list[float]]:
+    """One token's path through the layers: for each layer, the L2 distance and the angle (degrees) between
+    the token's embedding before and after it, and the angle between the layer's output and the first layer's
+    input (how far the token has turned in all)."""
+    import torch
+
+    if not 0 <= row < states[0].shape[0] or not 0 <= position < states[0].shape[1]:
+        raise ValueError(f"row={row}, position={position}: expected a position inside a batch of shape "
+                         f"{tuple(states[0].shape[:2])}")
+    vectors = [s[row, position].double() for s in states]
+
+    def angle(x, y):
+        return torch.rad2deg(torch.acos(torch.nn.functional.cosine_similarity(x, y, dim=0).clamp(-1, 1))).item()
+
+    return {"l2": [(y - x).norm().item() for x, y in zip(vectors[:-1], vectors[1:])],
+            "angle": [angle(x, y) for x, y in zip(vectors[:-1], vectors[1:])],
+            "turned": [angle(vectors[0], y) for y in vectors[1:]]}
+
+
+def layer_text(curves: dict[str, list[float]], path: dict[str, list[float]], layer: int, piece: str) -> str:
+    """What the explorer shows for one layer (counted from 1)."""
+    if not 1 <= layer <= len(curves["l2"]):
+        raise ValueError(f"layer={layer}: expected 1 <= layer <= {len(curves['l2'])}")
+    i = layer - 1
+    return (f"layer {layer}: all tokens L2 {curves['l2'][i]:.2f}, angle {curves['angle'][i]:.1f} deg | "
+            f"token {piece!r}: L2 {path['l2'][i]:.2f}, angle {path['angle'][i]:.1f} deg, "
+            f"turned {path['turned'][i]:.1f} deg from its input")
+
+
+def explorer_models(recipe: str = "book") -> dict[str, object]:
+    """The models the layer explorer offers: chapter 8/9's trained runs of `recipe` found in the run cache, and
+    randomly initialized models of the same two geometries."""
+    import torch
+
+    from albert_edu.experiments import experiment_model, figure1_runs, run_dir
+    from albert_edu.model import AlbertModel
+
+    models = {}
+    for style, run in figure1_runs(recipe).items():
+        path = run_dir(run)
+        if (path / "result.json").is_file():
+            models[f"{style}, trained ({recipe})"] = path
+    for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all")):
+        torch.manual_seed(0)
+        models[f"{style}, random init"] = AlbertModel(experiment_model(sharing))
+    return models
+
+
+def layer_explorer(recipe: str = "book"):
+    import ipywidgets as widgets
+
+    from albert_edu.analysis import layer_states, layer_transitions, text_batch
+    from albert_edu.corpus import load_documents
+    from albert_edu.model import AlbertModel
+    from albert_edu.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load()
+    batch = text_batch(load_documents("validation"), tokenizer, max_seq_len=64, count=32)
+    models = explorer_models(recipe)
+    length = int(batch["attention_mask"][0].sum())
+    pieces = tokenizer.pieces(batch["input_ids"][0, :length].tolist())
+    cache = {}
+
+    def measured(name):
+        if name not in cache:
+            model = models[name]
+            model = AlbertModel.from_pretrained(model) if isinstance(model, Path) else model
+            states = layer_states(model, batch)
+            cache[name] = (states, layer_transitions(states, batch["attention_mask"]))
+        return cache[name]
+
+    layers = len(measured(next(iter(models)))[1]["l2"])
+    controls = dict(model=widgets.Dropdown(options=list(models), description="model"),
+                    layer=widgets.IntSlider(1, min=1, max=layers, description="layer"),
+                    position=widgets.Dropdown(options=[(f"{i}: {p}", i) for i, p in enumerate(pieces)], value=1,
+                                              description="token"))
+    result = widgets.HTML()
+
+    def update(_=None):
+        states, curves = measured(controls["model"].value)
+        path = token_path(states, 0, controls["position"].value)
+        text = layer_text(curves, path, controls["layer"].value, pieces[controls["position"].value])
+        result.value = f'<p class="explorer-result">{html.escape(text)}</p>'
+
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox(list(controls.values())), result])
+
+
+# ---- serving ------------------------------------------------------------------------------------------
+
+EXPLORERS = {"parameters": "parameter_explorer", "masking": "masking_explorer", "layers": "layer_explorer"}
+
+
+def write_notebooks(out_dir: Path = EXPLORE_DIR) -> list[Path]:
+    """One small notebook per explorer, for Voila to serve."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, function in EXPLORERS.items():
+        cells = [{"cell_type": "code", "execution_count": None, "id": name, "metadata": {}, "outputs": [],
+                  "source": f"from albert_edu.explorers import {function}\n\n{function}()"}]
+        nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+              "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+        paths.append(out_dir / f"{name}.ipynb")
+        paths[-1].write_text(json.dumps(nb, indent=1) + "\n")
+    return paths
+
+
+def serve_command(port: int, out_dir: Path = EXPLORE_DIR) -> list[str]:
+    return [sys.executable, "-m", "voila", str(out_dir), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+            "--ServerApp.port_retries=0", "--Voila.tornado_settings={'disable_check_xsrf': True}"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m albert_edu.explorers", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("serve", help="serve the explorers with Voila on 127.0.0.1")
+    p.add_argument("--port", type=int, default=8866)
+    args = parser.parse_args(argv)
+    write_notebooks()
+    print(f"explorers: " + ", ".join(f"http://127.0.0.1:{args.port}/voila/render/{n}.ipynb" for n in EXPLORERS))
+    from albert_edu.book import kernel_env, load_book
+
+    env = {**os.environ, **kernel_env(load_book()), "PYTHONPATH": str(ROOT)}
+    sys.exit(subprocess.call(serve_command(args.port), env=env))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Real-browser tests (marker browser): headless Chromium (Debian's package) driven by Playwright opens each
+explorer served by Voila on 127.0.0.1, changes a control and checks the displayed result; and opens the
+rendered HTML book from disk. Screenshots go to _build/test-artefacts/.
+
+Without Chromium the tests are skipped, unless REQUIRE_BROWSER=1 (set by .ci/run), which makes them fail."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from albert_edu import book as booktool
+from albert_edu.corpus import load_documents
+from albert_edu.explorers import budget_text, pair_html, pair_view, serve_command, write_notebooks
+from albert_edu.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.browser
+ARTEFACTS = booktool.BUILD / "test-artefacts"
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        executable = None
+    if executable is None:
+        message = "Chromium (Debian package chromium) and playwright are needed for the browser tests"
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(message + "; REQUIRE_BROWSER=1")
+        pytest.skip(message)
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def explorers(tmp_path_factory):
+    """Voila serving the three explorers on a free loopback port; stopped (by its PID) after the tests."""
+    folder = tmp_path_factory.mktemp("explore")
+    write_notebooks(folder)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, **booktool.kernel_env(booktool.load_book()), "PYTHONPATH": str(booktool.ROOT)}
+    log = open(folder / "voila.log", "w")
+    server = subprocess.Popen(serve_command(port, folder), env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/voila/render"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail(f"Voila did not start: {(folder / 'voila.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+    yield base
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
+
+
+def open_explorer(browser, url):
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(url, timeout=90_000)
+    result = page.locator(".explorer-result")
+    result.wait_for(timeout=180_000)
+    return page, result
+
+
+def wait_for_text(result, expected: str, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while result.inner_text().strip() != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert result.inner_text().strip() == expected
+
+
+def test_parameter_explorer_follows_a_dropdown_and_a_slider(browser, explorers):
+    page, result = open_explorer(browser, f"{explorers}/parameters.ipynb")
+    wait_for_text(result, budget_text(30000, 128, 768, 12, "all"))
+    page.locator(".widget-dropdown", has_text="sharing").locator("select").select_option("none")
+    wait_for_text(result, budget_text(30000, 128, 768, 12, "none"))
+    handle = page.locator(".widget-hslider").filter(has=page.locator("label", has_text=re.compile(r"^L$")))
+    handle = handle.locator(".noUi-handle")
+    handle.focus()
+    for _ in range(12):
+        handle.press("ArrowRight")
+    wait_for_text(result, budget_text(30000, 128, 768, 24, "none"))
+    page.screenshot(path=str(ARTEFACTS / "explorer-parameters.png"), full_page=True)
+    page.close()
+
+
+def test_masking_explorer_follows_the_objective_and_the_seed(browser, explorers):
+    documents, tokenizer = load_documents("validation"), Tokenizer.load()
+    page, result = open_explorer(browser, f"{explorers}/masking.ipynb")
+    page.locator(".widget-dropdown", has_text="objective").locator("select").select_option("nsp")
+    seed = page.locator(".widget-text", has_text="seed").locator("input")
+    seed.fill("7")
+    seed.press("Enter")
+    view = pair_view(documents, tokenizer, 0, "nsp", 7)
+    first_line = re.search(r'<p class="explorer-result">(.*?)</p>', pair_html(view)).group(1)
+    wait_for_text(result, first_line)
+    shown = page.locator("span[title]").count()
+    assert shown == len(view["predict"])
+    page.screenshot(path=str(ARTEFACTS / "explorer-masking.png"), full_page=True)
+    page.close()
+
+
+def test_layer_explorer_follows_the_model_and_the_layer(browser, explorers):
+    page, result = open_explorer(browser, f"{explorers}/layers.ipynb")
+    before = result.inner_text()
+    page.locator(".widget-dropdown", has_text="model").locator("select").select_option("ALBERT-style, random init")
+    handle = page.locator(".widget-hslider", has_text="layer").locator(".noUi-handle")
+    handle.focus()
+    handle.press("ArrowRight")
+    handle.press("ArrowRight")
+    deadline = time.monotonic() + 30
+    while not result.inner_text().startswith("layer 3:") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert result.inner_text().startswith("layer 3:") and result.inner_text() != before
+    page.screenshot(path=str(ARTEFACTS / "explorer-layers.png"), full_page=True)
+    page.close()
+
+
+def test_the_html_book_works_from_disk(browser):
+    index = booktool.build_html(booktool.load_book(), execute_chapters=False)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(index.as_uri())
+    toc = [t.strip() for t in page.locator(".toctree-wrapper a").all_inner_texts()]
+    chapters = booktool.load_book().chapters
+    assert len(toc) == len(chapters) and all(any(c.title.split(":")[0] in t for t in toc) for c in chapters), toc
+    page.goto((index.parent / "01_parameter_budget.html").as_uri())
+    page.locator("mjx-container").first.wait_for(state="attached", timeout=30_000)  # MathJax (local) ran
+    rendered = page.evaluate("[...document.querySelectorAll('article mjx-container')].filter(m => m.getBoundingClientRect().width > 0).length")
+    assert rendered > 0, "no formula rendered in the chapter's text"
+    figure = page.locator("div.cell_output img").first
+    figure.scroll_into_view_if_needed()
+    assert figure.evaluate("img => img.complete && img.naturalWidth > 100")
+    assert page.locator(".admonition", has_text="Run this chapter").count() == 1
+    page.screenshot(path=str(ARTEFACTS / "book-chapter-1.png"))
+    page.close()

@@ -1,0 +1,67 @@
+"""The explorers' logic (albert_edu.explorers), without a browser: each is a plain function of its controls."""
+
+import pytest
+import torch
+
+from albert_edu.corpus import load_documents
+from albert_edu.explorers import (budget_text, layer_text, pair_html, pair_view, token_path, write_notebooks)
+from albert_edu.params import budget_summary
+from albert_edu.tokenizer import Tokenizer
+
+
+def test_budget_text_reports_the_budget_and_rejects_bad_widths():
+    s = budget_summary(30000, 128, 768, 12, "none", 1)
+    assert budget_text(30000, 128, 768, 12, "none") == (
+        f"this model: {s['total']:,} parameters | BERT with the same V, H, L: {s['bert_total']:,} | "
+        f"{100 * s['fraction_of_bert']:.1f}% of BERT")
+    assert budget_text(30000, 128, 768, 12).startswith("this model: 11,683,584 parameters")
+    with pytest.raises(ValueError, match="hidden_size=100"):
+        budget_text(30000, 128, 100, 12)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_documents("validation"), Tokenizer.load()
+
+
+@pytest.mark.parametrize("objective", ["sop", "nsp", "none"])
+def test_pair_view_shows_a_masked_pair_of_the_chosen_document(corpus, objective):
+    documents, tokenizer = corpus
+    view = pair_view(documents, tokenizer, 3, objective, seed=5)
+    assert view == pair_view(documents, tokenizer, 3, objective, seed=5)  # deterministic
+    assert view["document"] == documents[3].title
+    assert view["pieces"][0] == "[CLS]" and view["pieces"].count("[SEP]") == 2 and len(view["pieces"]) <= 64
+    assert 0 < len(view["predict"]) <= 0.2 * len(view["pieces"])
+    assert all(view["pieces"][p] != "[CLS]" and piece != "[SEP]" for p, piece in view["predict"].items())
+    if objective == "none":
+        assert view["label"] == 0
+    text = pair_html(view)
+    assert f"label {view['label']}: {view['meaning']}" in text and text.count("outline") == len(view["predict"])
+
+
+def test_pair_view_rejects_bad_choices(corpus):
+    documents, tokenizer = corpus
+    with pytest.raises(ValueError, match=f"document=99: expected 0 <= document < {len(documents)}"):
+        pair_view(documents, tokenizer, 99, "sop", 0)
+    with pytest.raises(ValueError, match="objective='mlm'"):
+        pair_view(documents, tokenizer, 0, "mlm", 0)
+
+
+def test_token_path_and_layer_text():
+    states = [torch.tensor([[[1.0, 0.0]]]), torch.tensor([[[0.0, 2.0]]]), torch.tensor([[[-1.0, 0.0]]])]
+    path = token_path(states, 0, 0)
+    assert path["l2"] == pytest.approx([5 ** 0.5, 5 ** 0.5])
+    assert path["angle"] == pytest.approx([90.0, 90.0]) and path["turned"] == pytest.approx([90.0, 180.0])
+    curves = {"l2": [1.0, 2.5], "angle": [10.0, 20.0]}
+    assert layer_text(curves, path, 2, "▁cat") == ("layer 2: all tokens L2 2.50, angle 20.0 deg | token '▁cat': "
+                                                   "L2 2.24, angle 90.0 deg, turned 180.0 deg from its input")
+    with pytest.raises(ValueError, match="layer=3"):
+        layer_text(curves, path, 3, "x")
+    with pytest.raises(ValueError, match="row=0, position=5"):
+        token_path(states, 0, 5)
+
+
+def test_served_notebooks_call_each_explorer(tmp_path):
+    paths = write_notebooks(tmp_path)
+    assert [p.name for p in paths] == ["parameters.ipynb", "masking.ipynb", "layers.ipynb"]
+    assert "parameter_explorer()" in paths[0].read_text()
