@@ -106,6 +106,31 @@ _HOME = {
     'evaluate': 'training',  # 07_objectives_lamb_training.ipynb
     'distributed_setup': 'training',  # 07_objectives_lamb_training.ipynb
     'pretrain': 'training',  # 07_objectives_lamb_training.ipynb
+    'RUNS_DIR': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'RESULTS_DIR': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'DATA_FILES': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'CODE_FILES': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'Run': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'run_key': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'run_dir': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'train_cached': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'train_all': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'pair_predictions': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'balanced_accuracy': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'score': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'load_result': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'experiment_model': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'RECIPES': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'check_recipe': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'recipe_training': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'table5_runs': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'figure1_runs': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'run_summary': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'text_batch': 'analysis',  # 09_embeddings_across_layers.ipynb
+    'layer_states': 'analysis',  # 09_embeddings_across_layers.ipynb
+    'layer_transitions': 'analysis',  # 09_embeddings_across_layers.ipynb
+    'roughness': 'analysis',  # 09_embeddings_across_layers.ipynb
+    'figure1_curves': 'analysis',  # 09_embeddings_across_layers.ipynb
 }
 __all__ = list(_HOME)
 

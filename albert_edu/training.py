@@ -146,13 +146,14 @@ def _parameters(optimizer) -> list:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int,
-                        max_examples: int = 512) -> dict[str, list[Example]]:
-    """Held-out SOP and NSP examples, drawn from all documents: shuffled with a fixed seed, then cut."""
+def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int, max_examples: int | None = 512,
+                        seed: int = 4321) -> dict[str, list[Example]]:
+    """Held-out SOP and NSP examples, drawn from all documents: shuffled with a fixed seed, then cut to
+    max_examples (None: keep all)."""
     examples = {}
     for objective in ("sop", "nsp"):
-        every = create_examples(documents, tokenizer, objective, max_seq_len, seed=4321)
-        random.Random(4321).shuffle(every)
+        every = create_examples(documents, tokenizer, objective, max_seq_len, seed=seed)
+        random.Random(seed).shuffle(every)
         examples[objective] = every[:max_examples]
     return examples
 
