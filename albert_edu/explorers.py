@@ -2,8 +2,8 @@
 
     parameter_explorer()  chapter 1: V, E, H, L, sharing and groups -> the parameter budget beside BERT's
     masking_explorer()    chapter 6: a document, an objective and a seed -> the pair and its masked spans
-    layer_explorer()      chapter 9: a model and a layer -> how far that layer moves the embeddings, and one
-                          token's path through all the layers
+    layer_explorer()      chapter 9: a model, a layer and a token -> the L2 and angle curves over the layers
+                          (all tokens and the chosen one), with the chosen layer's values
 
 Each explorer runs in JupyterLab (the chapters call them) or as a small web app:
 
@@ -207,18 +207,39 @@ def layer_explorer(recipe: str = "book"):
                     layer=widgets.IntSlider(1, min=1, max=layers, description="layer"),
                     position=widgets.Dropdown(options=[(f"{i}: {p}", i) for i, p in enumerate(pieces)], value=1,
                                               description="token"))
-    result = widgets.HTML()
+    result, figure = widgets.HTML(), widgets.Output()
 
     def update(_=None):
         states, curves = measured(controls["model"].value)
-        path = token_path(states, 0, controls["position"].value)
-        text = layer_text(curves, path, controls["layer"].value, pieces[controls["position"].value])
-        result.value = f'<p class="explorer-result">{html.escape(text)}</p>'
+        layer, position = controls["layer"].value, controls["position"].value
+        path = token_path(states, 0, position)
+        result.value = f'<p class="explorer-result">{html.escape(layer_text(curves, path, layer, pieces[position]))}</p>'
+        figure.clear_output(wait=True)
+        with figure:
+            draw_layer_curves(curves, path, layer, pieces[position])
 
     for control in controls.values():
         control.observe(update, names="value")
     update()
-    return widgets.VBox([widgets.HBox(list(controls.values())), result])
+    return widgets.VBox([widgets.HBox(list(controls.values())), result, figure])
+
+
+def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float]], layer: int, piece: str) -> None:
+    """Chapter 9's two measures over the layers, for all tokens and for one, with the chosen layer marked."""
+    import matplotlib.pyplot as plt
+
+    layers = range(1, len(curves["l2"]) + 1)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+    for ax, key, label in zip(axes, ("l2", "angle"), ("L2 distance", "angle (degrees)")):
+        ax.plot(layers, curves[key], "o-", color="#DA8BC3", label="all tokens (mean)")
+        ax.plot(layers, path[key], "s--", color="#4C72B0", label=f"token {piece!r}")
+        ax.axvline(layer, color="k", linewidth=0.8)
+        ax.set_xlabel("layer")
+        ax.set_title(f"{label}: a layer's input vs output")
+        ax.set_xticks(list(layers))
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()
 
 
 # ---- serving ------------------------------------------------------------------------------------------

@@ -138,6 +138,8 @@ def test_layer_explorer_follows_the_model_and_the_layer(browser, explorers):
     while not result.inner_text().startswith("layer 3:") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert result.inner_text().startswith("layer 3:") and result.inner_text() != before
+    page.locator("img").first.wait_for(timeout=30_000)  # the curves are drawn
+    assert page.locator("img").first.evaluate("img => img.naturalWidth > 100")
     page.screenshot(path=str(ARTEFACTS / "explorer-layers.png"), full_page=True)
     page.close()
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from albert_edu.corpus import load_documents
-from albert_edu.explorers import (budget_text, layer_text, pair_html, pair_view, token_path, write_notebooks)
+from albert_edu.explorers import (budget_text, draw_layer_curves, layer_text, pair_html, pair_view, token_path,
+                                  write_notebooks)
 from albert_edu.params import budget_summary
 from albert_edu.tokenizer import Tokenizer
 
@@ -65,3 +66,16 @@ def test_served_notebooks_call_each_explorer(tmp_path):
     paths = write_notebooks(tmp_path)
     assert [p.name for p in paths] == ["parameters.ipynb", "masking.ipynb", "layers.ipynb"]
     assert "parameter_explorer()" in paths[0].read_text()
+
+
+def test_layer_curves_are_drawn_with_the_chosen_layer_marked(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "show", lambda: None)
+    curves = {"l2": [3.0, 2.0, 1.0], "angle": [30.0, 20.0, 10.0]}
+    path = {"l2": [2.0, 2.0, 1.0], "angle": [25.0, 20.0, 5.0], "turned": [25.0, 30.0, 31.0]}
+    draw_layer_curves(curves, path, 2, "x")
+    axes = plt.gcf().axes
+    assert len(axes) == 2 and [list(line.get_ydata()) for line in axes[0].lines[:2]] == [curves["l2"], path["l2"]]
+    assert list(axes[1].lines[2].get_xdata()) == [2, 2]  # the marker of the chosen layer
+    plt.close("all")
