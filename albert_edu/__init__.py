@@ -115,7 +115,7 @@ _HOME = {
     'run_dir': 'experiments',  # 08_nsp_vs_sop.ipynb
     'train_cached': 'experiments',  # 08_nsp_vs_sop.ipynb
     'train_all': 'experiments',  # 08_nsp_vs_sop.ipynb
-    'pair_predictions': 'experiments',  # 08_nsp_vs_sop.ipynb
+    'predictions': 'experiments',  # 08_nsp_vs_sop.ipynb
     'balanced_accuracy': 'experiments',  # 08_nsp_vs_sop.ipynb
     'score': 'experiments',  # 08_nsp_vs_sop.ipynb
     'load_result': 'experiments',  # 08_nsp_vs_sop.ipynb

@@ -21,7 +21,7 @@ from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.pretraining_data import collate
-from albert_edu.training import TrainingConfig, evaluate, pretrain, validation_examples
+from albert_edu.training import TrainingConfig, pretrain, validation_examples
 
 RUNS_DIR = DATA_DIR / "runs"  # the cache of trained runs (not in git)
 RESULTS_DIR = DATA_DIR / "results"  # results of the full recipe (in git)
@@ -81,30 +81,44 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
     return final
 
 
+def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, runs_dir: Path, data_dir: Path) -> Path:
+    """What a worker process of train_all runs, on one thread."""
+    return train_cached(Run(name, model, training), runs_dir, data_dir, threads=1)
+
+
 def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> list[Path]:
     """train_cached for every run, `workers` runs at a time, each on one thread. On 2 cores two one-thread runs
-    process about 1.4 times as many tokens per second as one two-thread run (measured in chapter 8)."""
+    get through about 1.4 times as many tokens per second as one two-thread run."""
     missing = [r for r in runs if not (run_dir(r, runs_dir, data_dir) / "result.json").is_file()]
     if missing and workers > 1:
+        # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
+        # name. So it gets the library's _train_one and plain configurations, even when this cell runs in a
+        # notebook, whose own definitions no other process can import.
+        from albert_edu.experiments import _train_one
+
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            list(pool.map(train_cached, missing, [runs_dir] * len(missing), [data_dir] * len(missing),
-                          [1] * len(missing)))
+            list(pool.map(_train_one, [r.name for r in missing], [r.model for r in missing],
+                          [r.training for r in missing], [runs_dir] * len(missing), [data_dir] * len(missing)))
     return [train_cached(r, runs_dir, data_dir) for r in runs]
 
 
 @torch.no_grad()
-def pair_predictions(model, examples: list, batch_size: int = 64) -> tuple[list[int], list[int]]:
-    """The pair head's answers and the true labels, for a list of examples."""
+def predictions(model, examples: list, batch_size: int = 64) -> dict:
+    """One pass over held-out examples: the pair head's answers, the true pair labels, and how many of the
+    masked pieces the MLM head gets right."""
     was_training = model.training
     model.eval()
-    predictions, labels = [], []
+    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0}
     for start in range(0, len(examples), batch_size):
         batch = collate(examples[start:start + batch_size])
-        labels += batch.pop("sentence_order_label").tolist()
-        batch.pop("labels")
-        predictions += model(**batch).sop_logits.argmax(-1).tolist()
+        out["labels"] += batch.pop("sentence_order_label").tolist()
+        result = model(**batch)
+        out["answers"] += result.sop_logits.argmax(-1).tolist()
+        masked = batch["labels"][batch["labels"] != -100]
+        out["mlm_right"] += int((result.prediction_logits.argmax(-1) == masked).sum())
+        out["mlm_total"] += len(masked)
     model.train(was_training)
-    return predictions, labels
+    return out
 
 
 def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
@@ -119,8 +133,9 @@ def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
 
 def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict[str, float]:
     """A trained model's held-out scores on every held-out example of `passes` example-creation passes (about
-    3,400 pairs per task at 64 tokens, so a standard error under a point at 50%): MLM accuracy, and for each
-    pair task the accuracy, the majority-class rate and the balanced accuracy."""
+    3,400 pairs per task at 64 tokens, so a standard error under a point at 50%): MLM accuracy (on the SOP
+    examples, as chapter 7's evaluate), and for each pair task the accuracy, the majority-class rate and the
+    balanced accuracy."""
     tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
     documents = load_documents("validation", Path(data_dir))
     model = AlbertForPreTraining.from_pretrained(path)
@@ -128,9 +143,15 @@ def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: 
     for p in range(passes):
         for task, subset in validation_examples(documents, tokenizer, max_seq_len, max_examples=None, seed=p).items():
             examples[task] += subset
-    scores = {**evaluate(model, examples), "examples": len(examples["sop"])}
+    scores = {"examples": len(examples["sop"])}
     for task, subset in examples.items():
-        scores[f"{task}_balanced"] = balanced_accuracy(*pair_predictions(model, subset))
+        seen = predictions(model, subset)
+        answers, labels = seen["answers"], seen["labels"]
+        scores[f"{task}_accuracy"] = sum(a == y for a, y in zip(answers, labels)) / len(labels)
+        scores[f"{task}_majority"] = max(sum(labels), len(labels) - sum(labels)) / len(labels)
+        scores[f"{task}_balanced"] = balanced_accuracy(answers, labels)
+        if task == "sop":
+            scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
     return scores
 
 
@@ -148,7 +169,8 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 
 # Two sizes of the same experiment. "book" fits in the chapters' time budget; "full" is the longer run whose
 # results the chapters show, produced by `python -m albert_edu experiment --recipe full`.
-RECIPES = {"book": {"steps": 200, "seeds": (0,)}, "full": {"steps": 2500, "seeds": (0, 1)}}
+RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0},
+           "full": {"steps": 2500, "seeds": (0, 1), "evaluations": 6}}  # held-out evaluations during training
 
 
 def check_recipe(recipe: str) -> dict:
@@ -158,9 +180,10 @@ def check_recipe(recipe: str) -> dict:
 
 
 def recipe_training(recipe: str, objective: str, seed: int) -> TrainingConfig:
-    steps = check_recipe(recipe)["steps"]
+    steps, evaluations = check_recipe(recipe)["steps"], check_recipe(recipe)["evaluations"]
     return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=64, seed=seed, lr=5e-3,
-                          warmup_steps=steps // 15, eval_every=steps // 6, log_every=10)
+                          warmup_steps=steps // 15, eval_every=steps // evaluations if evaluations else 0,
+                          log_every=10)
 
 
 def table5_runs(recipe: str = "book") -> list[Run]:
@@ -186,4 +209,4 @@ def run_summary(path: Path, loss_every: int = 50) -> dict:
             "loss": [[r["step"], r["loss"]] for r in records if "loss" in r and r["step"] % loss_every == 0]}
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'pair_predictions', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'table5_runs', 'figure1_runs', 'run_summary']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'predictions', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'table5_runs', 'figure1_runs', 'run_summary']

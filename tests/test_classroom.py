@@ -36,16 +36,18 @@ def test_every_chapter_after_the_preface_has_graded_exercises():
             assert c["metadata"]["nbgrader"]["points"] > 0 and c["metadata"]["nbgrader"]["locked"]
 
 
-def solution_lines(path):
-    """The lines between the solution and hidden-test markers of a chapter (long enough to be telling)."""
-    lines = []
-    for c in nbgrader_cells(path):
-        source = "".join(c["source"])
-        for block in re.findall(r"### BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END", source, re.S):
-            lines += [line.strip() for line in block.splitlines() if len(line.strip()) > 12]
-        if c["cell_type"] == "markdown" and c["metadata"]["nbgrader"]["solution"]:
-            lines += [line.strip() for line in source.splitlines() if len(line.strip()) > 12]
-    return lines
+BLOCK = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+
+
+def hidden_lines(cell: dict) -> set[str]:
+    """The lines of a cell that students must not see: inside its solution or hidden-test blocks (or the whole
+    of a written-answer cell), minus lines that also stand outside them, such as a function's signature."""
+    source = "".join(cell["source"])
+    if cell["cell_type"] == "markdown":
+        return {line.strip() for line in source.splitlines() if line.strip()}
+    inside = {line.strip() for _, block in BLOCK.findall(source) for line in block.splitlines() if line.strip()}
+    outside = {line.strip() for line in BLOCK.sub("", source).splitlines()}
+    return inside - outside
 
 
 @pytest.fixture(scope="module")
@@ -58,18 +60,19 @@ def test_student_versions_hold_no_solutions(course):
     root, released = course
     assert sorted(released) == sorted(assignment_name(f) for f in graded_chapters())
     for name, path in released.items():
-        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
-        assert not [m for m in SOLUTION_MARKERS if m in text], name
-        assert "raise NotImplementedError()" in text or "YOUR ANSWER HERE" in text, name
-        source = root / "source" / name / path.name
-        cells = json.loads(source.read_text())["cells"]
-        elsewhere = "\n".join(re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END \\1", "", "".join(c["source"]), flags=re.S)
-                              for c in cells if not (c["cell_type"] == "markdown" and "nbgrader" in c["metadata"]
-                                                     and c["metadata"]["nbgrader"]["solution"]))
-        telling = [line for line in solution_lines(source) if line not in elsewhere]
-        assert telling, f"{name}: no solution line to look for"
-        leaked = [line for line in telling if line in text]
-        assert not leaked, f"{name}: {leaked[:3]}"
+        student = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in nbgrader_cells(path)}
+        assert not [m for m in SOLUTION_MARKERS if any(m in text for text in student.values())], name
+        for cell in nbgrader_cells(root / "source" / name / path.name):
+            meta = cell["metadata"]["nbgrader"]
+            if not (meta["solution"] or "### BEGIN HIDDEN TESTS" in "".join(cell["source"])):
+                continue
+            secret = hidden_lines(cell)
+            assert secret, f"{name} {meta['grade_id']}: an empty solution or hidden-test block"
+            shown = {line.strip() for line in student[meta["grade_id"]].splitlines()}
+            assert not secret & shown, f"{name} {meta['grade_id']} shows {sorted(secret & shown)[:3]}"
+            if meta["solution"]:
+                stub = "YOUR ANSWER HERE" if cell["cell_type"] == "markdown" else "raise NotImplementedError()"
+                assert stub in student[meta["grade_id"]], (name, meta["grade_id"])
 
 
 def test_reference_solutions_score_full_marks_and_blank_versions_zero(course):
