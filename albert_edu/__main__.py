@@ -79,8 +79,8 @@ def experiment(args) -> None:
     import platform
     import time
 
-    from albert_edu.experiments import (RESULTS_DIR, figure1_runs, run_dir, run_summary, score, table5_runs,
-                                        train_all)
+    from albert_edu.analysis import figure1_curves
+    from albert_edu.experiments import RESULTS_DIR, figure1_runs, run_summary, score, table5_runs, train_all
 
     data_dir = Path(args.data_dir)
     if not (data_dir / "tokenizer" / "spiece.model").exists():
@@ -92,27 +92,18 @@ def experiment(args) -> None:
         sys.exit(f"error: {error}")
     runs = table5 + [r for r in figure1.values() if r not in table5]
     started = time.perf_counter()
-    train_all(runs, Path(args.runs_dir), data_dir, workers=args.workers)
-
-    def summary(run):  # scored again with the current scoring code, which is not part of a run's key
-        path = run_dir(run, Path(args.runs_dir), data_dir)
-        return run_summary(path) | {"scores": score(path, data_dir, run.training.max_seq_len)}
-
+    paths = train_all(runs, Path(args.runs_dir), data_dir, workers=args.workers)
+    # scored again with the current scoring code, which is not part of a run's key; once per run, though the
+    # ALBERT-style run of Figure 1 is also a Table 5 run
+    summaries = [run_summary(p) | {"scores": score(p, data_dir, r.training.max_seq_len)} for r, p in zip(runs, paths)]
     results = {"recipe": args.recipe, "command": f"python -m albert_edu experiment --recipe {args.recipe}",
                "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": args.workers,
-               "table5": [summary(r) for r in table5],
-               "figure1": {style: summary(r) | {"transitions": None} for style, r in figure1.items()}}
-    # each run's own training time (they ran `workers` at a time), and this call's (shorter when runs were cached)
-    results["training_minutes"] = round(sum(run_summary(run_dir(r, Path(args.runs_dir), data_dir))["seconds"]
-                                            for r in runs) / 60, 1)
-    results["minutes"] = round((time.perf_counter() - started) / 60, 1)
-    try:
-        from albert_edu.analysis import figure1_curves
-    except ImportError:  # chapter 9 not exported: the curves are left out
-        figure1_curves = None
-    if figure1_curves is not None:
-        for style, r in figure1.items():
-            results["figure1"][style]["transitions"] = figure1_curves(run_dir(r, Path(args.runs_dir), data_dir), data_dir)
+               "table5": summaries[:len(table5)],
+               "figure1": {style: summaries[runs.index(r)] | {"transitions": figure1_curves(paths[runs.index(r)], data_dir)}
+                           for style, r in figure1.items()},
+               # each run's own training time (they ran `workers` at a time), and this call's (shorter when cached)
+               "training_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1),
+               "minutes": round((time.perf_counter() - started) / 60, 1)}
     out = Path(args.out) if args.out else RESULTS_DIR / f"{args.recipe}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")

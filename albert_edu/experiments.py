@@ -87,8 +87,8 @@ def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, runs_di
 
 
 def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> list[Path]:
-    """train_cached for every run, `workers` runs at a time, each on one thread. On 2 cores two one-thread runs
-    get through about 1.4 times as many tokens per second as one two-thread run."""
+    """train_cached for every run, `workers` runs at a time, each on one thread (matrices this small keep one
+    thread busy better than two)."""
     missing = [r for r in runs if not (run_dir(r, runs_dir, data_dir) / "result.json").is_file()]
     if missing and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
@@ -180,7 +180,7 @@ def check_recipe(recipe: str) -> dict:
 
 
 def recipe_training(recipe: str, objective: str, seed: int) -> TrainingConfig:
-    steps, evaluations = check_recipe(recipe)["steps"], check_recipe(recipe)["evaluations"]
+    steps, evaluations = (check_recipe(recipe)[key] for key in ("steps", "evaluations"))
     return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=64, seed=seed, lr=5e-3,
                           warmup_steps=steps // 15, eval_every=steps // evaluations if evaluations else 0,
                           log_every=10)
