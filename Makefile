@@ -25,11 +25,11 @@ $(SETUP): pyproject.toml
 
 # The corpus and the tokenizer (chapter 2); both commands skip work already done and verified.
 data: $(SETUP)
-	$(BIN)/python -m albert_edu prepare-data
-	$(BIN)/python -m albert_edu train-tokenizer
+	$(BIN)/albert-edu prepare-data
+	$(BIN)/albert-edu train-tokenizer
 
 book: data
-	$(BIN)/python -m albert_edu.book html
+	$(BIN)/albert-edu book html
 
 test: data
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -40,24 +40,24 @@ lab: data
 # Chapters 8-9's runs: RECIPE=book (minutes) or RECIPE=full (about an hour on 2 cores; writes data/results/full.json).
 RECIPE ?= book
 experiment: data
-	$(BIN)/python -m albert_edu experiment --recipe $(RECIPE)
+	$(BIN)/albert-edu experiment --recipe $(RECIPE)
 
 # The explorers (chapters 1, 6, 9) as a web app: Voila on 127.0.0.1 (PORT=8866).
 PORT ?= 8866
 explore: data
-	$(BIN)/python -m albert_edu.explorers serve --port $(PORT)
+	$(BIN)/albert-edu explore --port $(PORT)
 
 export: $(SETUP)
-	$(BIN)/python -m albert_edu.book export
+	$(BIN)/albert-edu book export
 
 check: $(SETUP)
-	$(BIN)/python -m albert_edu.book check
+	$(BIN)/albert-edu book check
 
 run: data
-	$(BIN)/python -m albert_edu.book run $(CHAPTER)
+	$(BIN)/albert-edu book run $(CHAPTER)
 
 html: $(SETUP)
-	$(BIN)/python -m albert_edu.book html --no-execute
+	$(BIN)/albert-edu book html --no-execute
 
 clean:
 	rm -rf _build

@@ -5,26 +5,16 @@
     layer_explorer()      chapter 9: a model, a layer and a token -> the L2 and angle curves over the layers
                           (all tokens and the chosen one), with the chosen layer's values
 
-Each explorer runs in JupyterLab (the chapters call them) or as a small web app:
-
-    python -m albert_edu.explorers serve [--port 8866]   # (make explore) Voila on 127.0.0.1
+Each explorer runs in JupyterLab (the chapters call them) or as a small web app served by
+`albert-edu explore` (`make explore`; see albert_edu.tools.explore).
 
 Like albert_edu.notebook, this is interface code rather than a lesson, so it is a plain module. It imports
 the chapters' modules inside functions, so importing it is cheap.
 """
 
-import argparse
 import html
-import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
-
-from albert_edu.book import BUILD, ROOT
-
-EXPLORE_DIR = BUILD / "explore"
 
 
 # ---- chapter 1: the parameter budget -------------------------------------------------------------------
@@ -240,45 +230,3 @@ def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     plt.show()
-
-
-# ---- serving ------------------------------------------------------------------------------------------
-
-EXPLORERS = {"parameters": "parameter_explorer", "masking": "masking_explorer", "layers": "layer_explorer"}
-
-
-def write_notebooks(out_dir: Path = EXPLORE_DIR) -> list[Path]:
-    """One small notebook per explorer, for Voila to serve."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, function in EXPLORERS.items():
-        cells = [{"cell_type": "code", "execution_count": None, "id": name, "metadata": {}, "outputs": [],
-                  "source": f"from albert_edu.explorers import {function}\n\n{function}()"}]
-        nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-              "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
-        paths.append(out_dir / f"{name}.ipynb")
-        paths[-1].write_text(json.dumps(nb, indent=1) + "\n")
-    return paths
-
-
-def serve_command(port: int, out_dir: Path = EXPLORE_DIR) -> list[str]:
-    return [sys.executable, "-m", "voila", str(out_dir), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-            "--ServerApp.port_retries=0", "--Voila.tornado_settings={'disable_check_xsrf': True}"]
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m albert_edu.explorers", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("serve", help="serve the explorers with Voila on 127.0.0.1")
-    p.add_argument("--port", type=int, default=8866)
-    args = parser.parse_args(argv)
-    write_notebooks()
-    print(f"explorers: " + ", ".join(f"http://127.0.0.1:{args.port}/voila/render/{n}.ipynb" for n in EXPLORERS))
-    from albert_edu.book import kernel_env, load_book
-
-    env = {**os.environ, **kernel_env(load_book()), "PYTHONPATH": str(ROOT)}
-    sys.exit(subprocess.call(serve_command(args.port), env=env))
-
-
-if __name__ == "__main__":
-    main()

@@ -2,18 +2,22 @@
 
 Each chapter starts with `setup_notebook()`, so a chapter prints the same numbers and draws the same
 figures on any machine. (The runner and nbval also set environment variables such as PYTHONHASHSEED before
-the kernel starts, which no code inside a running kernel can do; see albert_edu.book.kernel_env.)
+the kernel starts, which no code inside a running kernel can do; see albert_edu.tools.manifest.kernel_env.)
+The seed and the number of threads come from book.toml's [test] table, which the toolbox also reads; this
+module reads the two numbers itself, because the chapters' modules never import the toolbox.
 """
 
 import random
 import re
 import statistics
 import time
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from albert_edu.book import load_book
+BOOK_TOML = Path(__file__).resolve().parent.parent / "book.toml"
 
 # One palette for the whole book: a component keeps its colour from figure to figure.
 COLORS = {
@@ -42,15 +46,16 @@ FIGURE_STYLE = {
 
 def setup_notebook(seed: int | None = None) -> int:
     """Fix seeds, threads, print precision and figure style; return the seed used (book.toml's by default)."""
-    book = load_book()
-    seed = book.seed if seed is None else seed
+    with open(BOOK_TOML, "rb") as f:
+        settings = tomllib.load(f)["test"]
+    seed = settings["seed"] if seed is None else seed
     random.seed(seed)
     np.random.seed(seed)
     np.set_printoptions(precision=4, suppress=True)
     import torch  # imported here so that merely importing this module stays fast
 
     torch.manual_seed(seed)
-    torch.set_num_threads(book.threads)
+    torch.set_num_threads(settings["threads"])
     torch.set_printoptions(precision=4, sci_mode=False)
     import matplotlib.pyplot as plt  # loads the inline backend first, so our style is not overridden
 

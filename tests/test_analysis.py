@@ -38,17 +38,16 @@ def test_roughness():
 
 
 @pytest.fixture(scope="module")
-def batch():
-    return text_batch(load_documents("validation"), Tokenizer.load(), max_seq_len=32, count=16)
+def batch(validation_documents, tokenizer):
+    return text_batch(validation_documents, tokenizer, max_seq_len=32, count=16)
 
 
-def test_text_batch_is_unmasked_held_out_text(batch):
-    tokenizer = Tokenizer.load()
+def test_text_batch_is_unmasked_held_out_text(batch, tokenizer, validation_documents):
     assert batch["input_ids"].shape[0] == 16 and batch["input_ids"].shape[1] <= 32
     assert not (batch["input_ids"] == tokenizer.mask_id).any()
     assert (batch["input_ids"][:, 0] == tokenizer.cls_id).all()
     with pytest.raises(ValueError, match="count=0"):
-        text_batch(load_documents("validation"), tokenizer, count=0)
+        text_batch(validation_documents, tokenizer, count=0)
 
 
 def test_transformers_checkpoints_measure_the_same_both_ways(tmp_path, batch):

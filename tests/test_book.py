@@ -9,14 +9,17 @@ import sys
 
 import pytest
 
-from albert_edu import book as booktool
-from albert_edu.book import BookError, load_book, split_directives
+from albert_edu.tools import export as exporter
+from albert_edu.tools import html as htmltool
+from albert_edu.tools import manifest
+from albert_edu.tools.export import split_directives
+from albert_edu.tools.manifest import BookError, load_book
 
 BOOK = load_book()
 
 
 def test_every_notebook_in_chapters_is_listed_in_book_toml():
-    on_disk = {p.name for p in booktool.CHAPTERS.glob("*.ipynb")}
+    on_disk = {p.name for p in manifest.CHAPTERS.glob("*.ipynb")}
     assert on_disk == {c.file for c in BOOK.chapters}
 
 
@@ -31,7 +34,7 @@ def test_chapters_are_numbered_in_reading_order():
 
 
 def test_albert_edu_is_in_step_with_the_chapters():
-    result = subprocess.run([sys.executable, "-m", "albert_edu.book", "check"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "book", "check"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -58,8 +61,8 @@ def test_chapter_starts_with_the_notebook_setup(chapter):
 def test_exported_modules_name_their_chapter():
     for chapter in BOOK.chapters:
         for module in chapter.modules:
-            first = (booktool.PACKAGE / f"{module}.py").read_text().splitlines()[0]
-            assert first.startswith(booktool.GENERATED_MARK) and chapter.file in first
+            first = (manifest.PACKAGE / f"{module}.py").read_text().splitlines()[0]
+            assert first.startswith(exporter.GENERATED_MARK) and chapter.file in first
 
 
 def test_split_directives_separates_directives_from_code():
@@ -85,13 +88,13 @@ def test_leading_blank_lines_do_not_hide_a_directive():
 
 def test_public_names_include_tuple_assignments_and_skip_private_ones():
     code = "a, (b, c) = 1, (2, 3)\n_hidden = 4\nD: int = 5\ndef f(): pass\nclass K: pass\n"
-    assert booktool.public_names(code, "test") == ["a", "D", "f", "K"]
+    assert exporter.public_names(code, "test") == ["a", "D", "f", "K"]
 
 
 def test_chapters_import_only_modules_that_earlier_chapters_define():
     import albert_edu
 
-    defined, plumbing = set(), {"book", "notebook", "explorers"}
+    defined, plumbing = set(), {"tools", "notebook", "explorers"}
     for chapter in BOOK.chapters:
         defined |= set(chapter.modules)
         for cell in _load(chapter)["cells"]:
@@ -114,32 +117,33 @@ def sandbox(tmp_path, monkeypatch):
     """A copy of chapters/ and albert_edu/ that export and check may change."""
     for folder, pattern in (("chapters", "*.ipynb"), ("albert_edu", "*.py")):
         (tmp_path / folder).mkdir()
-        for path in (booktool.ROOT / folder).glob(pattern):
+        for path in (manifest.ROOT / folder).glob(pattern):
             shutil.copy(path, tmp_path / folder / path.name)
-    monkeypatch.setattr(booktool, "ROOT", tmp_path)
-    monkeypatch.setattr(booktool, "CHAPTERS", tmp_path / "chapters")
-    monkeypatch.setattr(booktool, "PACKAGE", tmp_path / "albert_edu")
+    for module in (manifest, exporter):
+        monkeypatch.setattr(module, "ROOT", tmp_path)
+        monkeypatch.setattr(module, "PACKAGE", tmp_path / "albert_edu")
+    monkeypatch.setattr(manifest, "CHAPTERS", tmp_path / "chapters")
     return tmp_path
 
 
 def test_check_reports_a_hand_edited_module(sandbox):
     path = sandbox / "albert_edu" / "params.py"
     path.write_text(path.read_text() + "\n# a hand edit\n")
-    assert booktool.check(BOOK) == ["albert_edu/params.py differs from its chapter (edited by hand, or the chapter changed)"]
-    booktool.export(BOOK)
-    assert booktool.check(BOOK) == []
+    assert exporter.check(BOOK) == ["albert_edu/params.py differs from its chapter (edited by hand, or the chapter changed)"]
+    exporter.export(BOOK)
+    assert exporter.check(BOOK) == []
 
 
 def test_export_refuses_to_overwrite_a_hand_written_module(sandbox):
     (sandbox / "albert_edu" / "params.py").write_text("# written by hand\n")
     with pytest.raises(BookError, match="hand-written albert_edu/params.py"):
-        booktool.export(BOOK)
+        exporter.export(BOOK)
 
 
 def test_check_reports_a_stale_generated_module(sandbox):
-    (sandbox / "albert_edu" / "old.py").write_text(booktool.GENERATED_MARK + " from chapters/99_gone.ipynb\n")
-    assert booktool.check(BOOK) == ["albert_edu/old.py was generated but no chapter exports it now"]
-    booktool.export(BOOK)
+    (sandbox / "albert_edu" / "old.py").write_text(exporter.GENERATED_MARK + " from chapters/99_gone.ipynb\n")
+    assert exporter.check(BOOK) == ["albert_edu/old.py was generated but no chapter exports it now"]
+    exporter.export(BOOK)
     assert not (sandbox / "albert_edu" / "old.py").exists()
 
 
@@ -150,7 +154,7 @@ def test_export_refuses_a_module_the_manifest_does_not_list(sandbox):
                         "source": ["#| export tokenizer\n", "x = 1\n"]})
     path.write_text(json.dumps(nb))
     with pytest.raises(BookError, match="exports to 'tokenizer'"):
-        booktool.export_sources(BOOK)
+        exporter.export_sources(BOOK)
 
 
 def test_chapter_lookup_by_number_stem_or_file():
@@ -176,7 +180,7 @@ def test_package_names_load_lazily_and_unknown_names_fail():
 
 def test_html_pages_get_a_run_hint_a_notebook_link_and_explorer_notes(tmp_path):
     chapter = load_book().chapters[1]
-    widget = {"output_type": "display_data", "data": {booktool.WIDGET: {"model_id": "x"}, "text/plain": ["w"]},
+    widget = {"output_type": "display_data", "data": {htmltool.WIDGET: {"model_id": "x"}, "text/plain": ["w"]},
               "metadata": {}}
     cells = [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# 1. Title"},
              {"cell_type": "code", "id": "b", "metadata": {}, "source": "explorer()", "execution_count": 1,
@@ -184,7 +188,7 @@ def test_html_pages_get_a_run_hint_a_notebook_link_and_explorer_notes(tmp_path):
              {"cell_type": "code", "id": "c", "metadata": {}, "source": "1", "execution_count": 2, "outputs": []}]
     path = tmp_path / chapter.file
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    booktool.decorate_for_html(path, chapter)
+    htmltool.decorate_for_html(path, chapter)
     out = json.loads(path.read_text())["cells"]
     assert [c["id"] for c in out] == ["a", "run-this-chapter", "b", "explorer-note-1", "c"]
     hint = out[1]["source"]

@@ -13,14 +13,17 @@ import time
 import urllib.request
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
-from albert_edu import book as booktool
 from albert_edu.corpus import load_documents
-from albert_edu.explorers import budget_text, pair_html, pair_view, serve_command, write_notebooks
+from albert_edu.explorers import budget_text, pair_html, pair_view
 from albert_edu.tokenizer import Tokenizer
+from albert_edu.tools.explore import serve_command, write_notebooks
+from albert_edu.tools.html import build_html
+from albert_edu.tools.manifest import BUILD, ROOT, kernel_env, load_book
 
 pytestmark = pytest.mark.browser
-ARTEFACTS = booktool.BUILD / "test-artefacts"
+ARTEFACTS = BUILD / "test-artefacts"
 
 
 def chromium_path() -> str | None:
@@ -33,12 +36,8 @@ def chromium_path() -> str | None:
 @pytest.fixture(scope="module")
 def browser():
     executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        executable = None
     if executable is None:
-        message = "Chromium (Debian package chromium) and playwright are needed for the browser tests"
+        message = "Chromium (Debian package chromium) is needed for the browser tests"
         if os.environ.get("REQUIRE_BROWSER") == "1":
             pytest.fail(message + "; REQUIRE_BROWSER=1")
         pytest.skip(message)
@@ -57,7 +56,7 @@ def explorers(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, **booktool.kernel_env(booktool.load_book()), "PYTHONPATH": str(booktool.ROOT)}
+    env = {**os.environ, **kernel_env(load_book()), "PYTHONPATH": str(ROOT)}
     log = open(folder / "voila.log", "w")
     server = subprocess.Popen(serve_command(port, folder), env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/voila/render"
@@ -88,11 +87,9 @@ def open_explorer(browser, url):
     return page, result
 
 
-def wait_for_text(result, expected: str, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while result.inner_text().strip() != expected and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert result.inner_text().strip() == expected
+def wait_for_text(result, expected: str) -> None:
+    """Playwright's waiting assertion: retries until the explorer shows `expected`, fails after 30 s."""
+    expect(result).to_have_text(expected, timeout=30_000)
 
 
 def test_parameter_explorer_follows_a_dropdown_and_a_slider(browser, explorers):
@@ -134,10 +131,8 @@ def test_layer_explorer_follows_the_model_and_the_layer(browser, explorers):
     handle.focus()
     handle.press("ArrowRight")
     handle.press("ArrowRight")
-    deadline = time.monotonic() + 30
-    while not result.inner_text().startswith("layer 3:") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert result.inner_text().startswith("layer 3:") and result.inner_text() != before
+    expect(result).to_have_text(re.compile(r"^layer 3:"), timeout=30_000)
+    expect(result).not_to_have_text(before)
     page.locator("img").first.wait_for(timeout=30_000)  # the curves are drawn
     assert page.locator("img").first.evaluate("img => img.naturalWidth > 100")
     page.screenshot(path=str(ARTEFACTS / "explorer-layers.png"), full_page=True)
@@ -145,11 +140,11 @@ def test_layer_explorer_follows_the_model_and_the_layer(browser, explorers):
 
 
 def test_the_html_book_works_from_disk(browser):
-    index = booktool.build_html(booktool.load_book(), execute_chapters=False)
+    index = build_html(load_book(), execute_chapters=False)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(index.as_uri())
     toc = [t.strip() for t in page.locator(".toctree-wrapper a").all_inner_texts()]
-    chapters = booktool.load_book().chapters
+    chapters = load_book().chapters
     assert len(toc) == len(chapters) and all(any(c.title.split(":")[0] in t for t in toc) for c in chapters), toc
     page.goto((index.parent / "01_parameter_budget.html").as_uri())
     page.locator("mjx-container").first.wait_for(state="attached", timeout=30_000)  # MathJax (local) ran

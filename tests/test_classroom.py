@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from albert_edu.book import CHAPTERS, load_book
-from albert_edu.classroom import SOLUTION_MARKERS, assignment_name, autograde, build, graded_chapters, read_scores
+from albert_edu.tools.manifest import CHAPTERS, load_book
+from albert_edu.tools.classroom import SOLUTION_MARKERS, ClassroomError, assignment_name, autograde, build, graded_chapters, read_scores
 
 pytestmark = pytest.mark.classroom
 
@@ -97,5 +97,5 @@ def test_errors_are_clear(tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "classroom", "build", "--course", str(tmp_path), "42"],
                             capture_output=True, text=True)
     assert result.returncode != 0 and "chapter '42' has no exercises or does not exist" in result.stderr
-    with pytest.raises(FileNotFoundError, match="no submissions in"):
+    with pytest.raises(ClassroomError, match="no submissions in"):
         autograde(tmp_path)

@@ -9,15 +9,10 @@ import sys
 import pytest
 import transformers
 
-from albert_edu.book import ROOT
+from albert_edu.tools.manifest import ROOT
 from albert_edu.corpus import (CorpusError, Report, clean_wikitext, is_validation, load_documents,
                                read_text_documents, split_sentences)
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, normalize
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load()
 
 
 def test_readme_statistics_match_the_prepared_corpus(tokenizer):
@@ -132,7 +127,7 @@ def test_load_documents_rejects_an_unknown_split():
 def test_cli_reports_missing_prepared_data(tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "train-tokenizer", "--data-dir", str(tmp_path)],
                             capture_output=True, text=True)
-    assert result.returncode != 0 and "run `python -m albert_edu prepare-data` first" in result.stderr
+    assert result.returncode != 0 and "run `albert-edu prepare-data` first" in result.stderr
 
 
 def test_cli_prepare_data_is_idempotent_and_reports_statistics():

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from albert_edu.corpus import load_documents
-from albert_edu.explorers import (budget_text, draw_layer_curves, layer_text, pair_html, pair_view, token_path,
-                                  write_notebooks)
+from albert_edu.explorers import budget_text, draw_layer_curves, layer_text, pair_html, pair_view, token_path
 from albert_edu.params import budget_summary
 from albert_edu.tokenizer import Tokenizer
+from albert_edu.tools.explore import write_notebooks
 
 
 def test_budget_text_reports_the_budget_and_rejects_bad_widths():
@@ -21,8 +21,8 @@ def test_budget_text_reports_the_budget_and_rejects_bad_widths():
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    return load_documents("validation"), Tokenizer.load()
+def corpus(validation_documents, tokenizer):
+    return validation_documents, tokenizer
 
 
 @pytest.mark.parametrize("objective", ["sop", "nsp", "none"])

@@ -83,11 +83,6 @@ def test_masking_replacement_split_is_80_10_10():
     assert abs(shown.count("same") / len(shown) - 0.1) < 0.01
 
 
-@pytest.fixture(scope="module")
-def validation_documents():
-    return load_documents("validation")
-
-
 @pytest.mark.parametrize("objective", ["sop", "nsp", "none"])
 def test_examples_are_deterministic_for_a_seed(objective, validation_documents):
     first = create_examples(validation_documents, TOKENIZER, objective, 64, seed=3)
@@ -211,7 +206,7 @@ def test_masking_covers_about_15_percent_with_mostly_single_word_spans(validatio
 def test_normalization_matches_transformers_on_accents_and_quotes():
     import transformers
 
-    from albert_edu.book import ROOT
+    from albert_edu.tools.manifest import ROOT
 
     reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
     text = "``Crème brûlée'' à São Paulo, ÉTÉ 1999"

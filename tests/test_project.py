@@ -4,7 +4,7 @@ import tomllib
 
 import yaml
 
-from albert_edu.book import ROOT
+from albert_edu.tools.manifest import ROOT
 
 
 def pyproject():

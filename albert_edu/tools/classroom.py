@@ -1,7 +1,7 @@
 """Graded assignments from the chapters, with nbgrader.
 
-    python -m albert_edu classroom build [--course DIR] [CHAPTER ...]
-    python -m albert_edu classroom autograde [--course DIR]
+    albert-edu classroom build [--course DIR] [CHAPTER ...]
+    albert-edu classroom autograde [--course DIR]
 
 `build` lays out an nbgrader course (default `_build/classroom`): one assignment per chapter that has
 exercises, named `chNN`, with the chapter as its source (`source/chNN/NN_slug.ipynb`, solutions and hidden
@@ -11,11 +11,8 @@ the library and reads the prepared data.
 
 `autograde` grades every notebook placed in `submitted/<student>/chNN/`, as nbgrader expects, and prints a
 table of scores per student and assignment. Hidden tests are put back from the source before grading.
-
-Like albert_edu.book, this is tooling rather than a lesson about ALBERT, so it is a plain module.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -23,12 +20,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from albert_edu.book import BUILD, CHAPTERS, ROOT, kernel_env, load_book
+from albert_edu.tools.manifest import BUILD, CHAPTERS, kernel_env, load_book
 
 COURSE_DIR = BUILD / "classroom"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
-CONFIG = """# Written by `python -m albert_edu classroom build`; rebuilt each time.
+class ClassroomError(Exception):
+    """A course that cannot be built or graded as asked; the message says what was expected."""
+
+
+CONFIG = """# Written by `albert-edu classroom build`; rebuilt each time.
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = "albert-edu"
@@ -62,7 +63,7 @@ def _select(chapters: list[str] | None) -> list[str]:
     for wanted in chapters:
         matches = [f for f in available if f.startswith(wanted.zfill(2) + "_") or f == wanted]
         if not matches:
-            raise ValueError(f"chapter {wanted!r} has no exercises or does not exist: expected one of "
+            raise ClassroomError(f"chapter {wanted!r} has no exercises or does not exist: expected one of "
                              f"{[f.split('_', 1)[0] for f in available]}")
         chosen += matches
     return chosen
@@ -75,7 +76,7 @@ def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
                                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
                             capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+        raise ClassroomError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
     return result
 
 
@@ -96,7 +97,7 @@ def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[
         released[name] = course / "release" / name / file
         leaked = [m for m in SOLUTION_MARKERS if m in released[name].read_text()]
         if leaked:
-            raise RuntimeError(f"{released[name]} still contains {leaked}: expected nbgrader to remove solutions")
+            raise ClassroomError(f"{released[name]} still contains {leaked}: expected nbgrader to remove solutions")
     return released
 
 
@@ -107,7 +108,7 @@ def autograde(course: Path = COURSE_DIR) -> dict[tuple[str, str], dict[str, floa
     course = Path(course).resolve()
     submitted = sorted((course / "submitted").glob("*/ch*"))
     if not submitted:
-        raise FileNotFoundError(f"no submissions in {course / 'submitted'}: expected "
+        raise ClassroomError(f"no submissions in {course / 'submitted'}: expected "
                                 f"submitted/<student>/<assignment>/<notebook>.ipynb")
     for folder in submitted:
         nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force")
@@ -145,23 +146,3 @@ def print_scores(scores: dict[tuple[str, str], dict[str, float]]) -> None:
     if any(written.values()):
         print("written answers to grade by hand (points): " +
               ", ".join(f"{a} {p:g}" for a, p in written.items() if p))
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m albert_edu classroom",
-                                     description="Graded assignments from the chapters, with nbgrader.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("build", help="lay out the course and generate the student versions")
-    p.add_argument("chapters", nargs="*", help="chapter numbers, e.g. 01 07 (default: every chapter with exercises)")
-    p.add_argument("--course", default=str(COURSE_DIR), help=f"course directory (default: {COURSE_DIR.relative_to(ROOT)})")
-    p = commands.add_parser("autograde", help="grade course/submitted/<student>/<assignment>/ and print the scores")
-    p.add_argument("--course", default=str(COURSE_DIR))
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "build":
-            for name, path in build(Path(args.course), args.chapters).items():
-                print(f"{name}: student version {path}")
-        else:
-            print_scores(autograde(Path(args.course)))
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        sys.exit(f"error: {error}")

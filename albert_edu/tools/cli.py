@@ -1,0 +1,306 @@
+"""The book's one command line: `albert-edu <command> --help` (also `python -m albert_edu <command>`).
+
+A dispatcher only: each command calls functions that a chapter defines and explains, or the book's toolbox.
+A command's options are built when that command is chosen, so `albert-edu book export` never imports the
+chapters' modules (it must work while a chapter's exported code is broken) and `albert-edu --help` is quick.
+Errors are one line on stderr, `error: ...`, with exit status 1 (2 for a malformed command line, 130 after
+Ctrl-C); the exit status is 0 only on success.
+"""
+
+import argparse
+import inspect
+import json
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from albert_edu.tools.classroom import ClassroomError
+from albert_edu.tools.manifest import BookError
+
+PROG = "albert-edu"
+
+
+class CommandError(Exception):
+    """A command that cannot do what was asked; the message says why and what to do."""
+
+
+# Errors that answer bad input: their messages name the value and what was expected. (CorpusError and the
+# configurations' errors are ValueErrors; missing, unreadable or unwritable files are OSErrors.)
+EXPECTED_ERRORS = (CommandError, BookError, ClassroomError, ValueError, OSError)
+
+
+# ---- chapter 2: the corpus and the tokenizer ----------------------------------------------------------------
+
+def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    from albert_edu.corpus import DATA_DIR
+
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR,
+                        help="where raw/, prepared/ and tokenizer/ are (default: data/ of the repository, or "
+                             "$ALBERT_EDU_DATA)")
+
+
+def configure_prepare_data(p: argparse.ArgumentParser) -> None:
+    _data_dir_option(p)
+    p.add_argument("--extra", nargs="*", type=Path, default=[], metavar="FILE",
+                   help="extra UTF-8 text files, documents separated by blank lines")
+
+
+def prepare_data(args) -> None:
+    from albert_edu.corpus import prepare_corpus
+
+    stats = prepare_corpus(args.data_dir, tuple(args.extra))
+    for split in ("train", "validation"):
+        s = stats[split]
+        print(f"{split}: {s['documents']} documents, {s['sentences']:,} sentences, {s['words']:,} words")
+    for reason, count in stats["skipped"].items():
+        print(f"skipped {count}: {reason}")
+
+
+def configure_train_tokenizer(p: argparse.ArgumentParser) -> None:
+    from albert_edu.tokenizer import train_tokenizer
+
+    _data_dir_option(p)
+    p.add_argument("--vocab-size", type=int, default=inspect.signature(train_tokenizer).parameters["vocab_size"].default)
+    p.add_argument("--out", type=Path, help="output directory (default: DATA_DIR/tokenizer)")
+
+
+def train_tokenizer(args) -> None:
+    from albert_edu.tokenizer import Tokenizer, train_tokenizer
+
+    if not (args.data_dir / "prepared" / "stats.json").exists():
+        raise CommandError(f"no prepared corpus in {args.data_dir}; run `{PROG} prepare-data` first")
+    path = train_tokenizer(args.out or args.data_dir / "tokenizer", args.vocab_size, args.data_dir)
+    print(f"tokenizer: {path} ({Tokenizer(path).vocab_size} pieces)")
+
+
+# ---- chapters 6 and 7: examples and pre-training ------------------------------------------------------------
+
+def _training_defaults() -> dict:
+    from albert_edu.training import TrainingConfig
+
+    return {f.name: f.default for f in fields(TrainingConfig) if f.default is not MISSING}
+
+
+def configure_make_examples(p: argparse.ArgumentParser) -> None:
+    from albert_edu.pretraining_data import OBJECTIVES
+
+    defaults = _training_defaults()
+    p.add_argument("--objective", required=True, choices=OBJECTIVES)
+    p.add_argument("--out", type=Path, required=True, help="output file (.jsonl)")
+    p.add_argument("--seed", type=int, default=defaults["seed"])
+    p.add_argument("--max-seq-len", type=int, default=defaults["max_seq_len"])
+    p.add_argument("--split", default="train", choices=["train", "validation"])
+    _data_dir_option(p)
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: DATA_DIR/tokenizer)")
+
+
+def make_examples(args) -> None:
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import create_examples, write_examples
+    from albert_edu.tokenizer import Tokenizer
+
+    if args.max_seq_len < 5:
+        raise CommandError(f"--max-seq-len {args.max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
+    documents = load_documents(args.split, args.data_dir)
+    tokenizer = Tokenizer.load(args.tokenizer or args.data_dir / "tokenizer")
+    examples = create_examples(documents, tokenizer, args.objective, args.max_seq_len, args.seed)
+    write_examples(examples, args.out)
+    print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents "
+          f"to {args.out}")
+
+
+TRAINING_HELP = {
+    "objective": "the sentence-pair task besides MLM",
+    "batch_size": "global batch size (all processes and accumulation steps together)",
+    "lr": "LAMB's peak learning rate",
+    "accumulation": "micro-batches per step",
+    "save_every": "checkpoint every K steps (0: only at the end)",
+    "eval_every": "held-out evaluation every K steps (0: only at the end)",
+}
+
+
+def configure_pretrain(p: argparse.ArgumentParser) -> None:
+    from albert_edu.config import PRESETS
+    from albert_edu.pretraining_data import OBJECTIVES
+
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS), help="a geometry of AlbertConfig")
+    p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, log.jsonl, final weights")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="no dropout anywhere (the paper's Section 4.8 finds it helps; it also makes runs on 1 and "
+                        "N processes agree, since dropout masks depend on how the batch is split)")
+    _data_dir_option(p)
+    training = p.add_argument_group("training (the fields of TrainingConfig, chapter 7)")
+    for name, default in _training_defaults().items():
+        flag = "--" + name.replace("_", "-")
+        extra = {"choices": OBJECTIVES} if name == "objective" else {}
+        training.add_argument(flag, type=type(default), default=default,
+                              help=f"{TRAINING_HELP.get(name, name.replace('_', ' '))} (default: {default})", **extra)
+
+
+def pretrain(args) -> None:
+    from dataclasses import replace
+
+    from albert_edu.config import AlbertConfig
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import TrainingConfig, pretrain
+
+    vocab_size = Tokenizer.load(args.data_dir / "tokenizer").vocab_size
+    model_config = AlbertConfig.from_preset(args.preset, vocab_size=vocab_size)
+    if args.no_dropout:
+        model_config = replace(model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                               classifier_dropout_prob=0.0)
+    config = TrainingConfig(**{name: getattr(args, name) for name in _training_defaults()})
+    result = pretrain(model_config, config, args.out, resume=args.resume, data_dir=args.data_dir)
+    print(json.dumps(result))
+
+
+# ---- chapters 8 and 9: the experiments ----------------------------------------------------------------------
+
+def configure_experiment(p: argparse.ArgumentParser) -> None:
+    from albert_edu.experiments import RECIPES, RESULTS_DIR, RUNS_DIR
+
+    p.add_argument("--recipe", default="book", choices=sorted(RECIPES),
+                   help="book (minutes, the chapters' live runs) or full (about an hour on 2 cores; the results "
+                        "the chapters show)")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the run cache (default: DATA_DIR/runs)")
+    p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
+    _data_dir_option(p)
+
+
+def experiment(args) -> None:
+    from albert_edu.analysis import experiment_results
+    from albert_edu.experiments import RESULTS_DIR
+
+    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
+        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
+                           f"`{PROG} train-tokenizer` first")
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    results = experiment_results(args.recipe, args.runs_dir, args.data_dir, args.workers)
+    out = args.out or RESULTS_DIR / f"{args.recipe}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(out)
+    print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
+          f"{results['minutes']} minutes for this call")
+
+
+# ---- the toolbox: classroom, book, explorers -------------------------------------------------------------
+
+def configure_classroom(p: argparse.ArgumentParser) -> None:
+    from albert_edu.tools.classroom import COURSE_DIR
+
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    build = actions.add_parser("build", help="lay out the course and generate the student versions")
+    build.add_argument("chapters", nargs="*", help="chapter numbers, e.g. 01 07 (default: every chapter with exercises)")
+    autograde = actions.add_parser("autograde", help="grade COURSE/submitted/<student>/<assignment>/ and print the scores")
+    for q in (build, autograde):
+        q.add_argument("--course", type=Path, default=COURSE_DIR, help="course directory (default: _build/classroom)")
+
+
+def classroom(args) -> None:
+    from albert_edu.tools import classroom
+
+    if args.action == "build":
+        for name, path in classroom.build(args.course, args.chapters).items():
+            print(f"{name}: student version {path}")
+    else:
+        classroom.print_scores(classroom.autograde(args.course))
+
+
+def configure_book(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("export", help="write albert_edu/ from the chapters' #| export cells")
+    actions.add_parser("check", help="exit 1 when albert_edu/ differs from a fresh export")
+    run = actions.add_parser("run", help="re-execute chapters in place (all when none is named)")
+    run.add_argument("chapters", nargs="*", metavar="CHAPTER", help="file name, stem or number, e.g. 01")
+    html = actions.add_parser("html", help="execute the chapters into _build/src and render _build/html")
+    html.add_argument("--no-execute", action="store_true", help="render the committed outputs as they are")
+
+
+def book(args) -> None:
+    from albert_edu.tools.export import check, export
+    from albert_edu.tools.manifest import ROOT, load_book
+
+    manifest = load_book()
+    if args.action == "export":
+        for path in export(manifest):
+            print(f"wrote {path.relative_to(ROOT)}")
+    elif args.action == "check":
+        problems = check(manifest)
+        if problems:
+            raise CommandError("\n".join(problems) + f"\nrun `{PROG} book export` to bring albert_edu/ in step")
+        print("albert_edu/ is in step with the chapters")
+    elif args.action == "run":
+        from albert_edu.tools.runner import run
+
+        run(manifest, [manifest.chapter(name) for name in args.chapters] or list(manifest.chapters))
+    else:
+        from albert_edu.tools.html import build_html
+
+        index = build_html(manifest, execute_chapters=not args.no_execute)
+        print(f"The book is at {index}\nOpen it in a browser: file://{index}")
+
+
+def configure_explore(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=8866, help="port on 127.0.0.1 (default 8866)")
+
+
+def explore(args) -> None:
+    from albert_edu.tools.explore import serve
+
+    if not 1 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port}: expected a port number in [1, 65535]")
+    status = serve(args.port)
+    if status:
+        raise CommandError(f"voila exited with status {status}")
+
+
+# name: (help, configure, run)
+COMMANDS = {
+    "prepare-data": ("fetch, verify, clean and split the corpus (chapter 2)", configure_prepare_data, prepare_data),
+    "train-tokenizer": ("train the SentencePiece unigram tokenizer (chapter 2)", configure_train_tokenizer,
+                        train_tokenizer),
+    "make-examples": ("write pre-training examples as JSON lines (chapter 6)", configure_make_examples, make_examples),
+    "pretrain": ("pre-train an ALBERT (chapter 7); also runs under torchrun", configure_pretrain, pretrain),
+    "experiment": ("train (or load from the cache) the runs of chapters 8 and 9 and write their results",
+                   configure_experiment, experiment),
+    "classroom": ("nbgrader assignments from the chapters: build, autograde", configure_classroom, classroom),
+    "book": ("the book itself: export, check, run, html", configure_book, book),
+    "explore": ("serve the explorers of chapters 1, 6 and 9 with Voila on 127.0.0.1", configure_explore, explore),
+}
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The full parser of one command (importing what its options need)."""
+    description, configure, _ = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=description)
+    configure(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    top = argparse.ArgumentParser(prog=PROG, description="ALBERT from Scratch: the book's commands. "
+                                                         f"`{PROG} COMMAND --help` describes one.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (description, _, _) in COMMANDS.items():
+        commands.add_parser(name, help=description, add_help=False)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen, rest = top.parse_known_args(argv)
+    try:
+        args = command_parser(chosen.command).parse_args(rest)
+        COMMANDS[chosen.command][2](args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except EXPECTED_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The HTML book: Sphinx + MyST-NB + sphinx-book-theme, configured from book.toml. Each chapter page gets a
+box saying how to run it and a note under every interactive explorer."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from albert_edu.tools.export import GENERATED_MARK
+from albert_edu.tools.manifest import BUILD, Book, BookError, Chapter
+from albert_edu.tools.runner import run
+
+
+def sphinx_conf(book: Book) -> str:
+    return "\n".join([
+        f"# {GENERATED_MARK.lstrip('# ')} from book.toml.",
+        f"project = {book.title!r}",
+        f"author = {', '.join(book.authors)!r}",
+        f"copyright = {book.copyright!r}",
+        'extensions = ["myst_nb", "sphinx-mathjax-offline"]',
+        'nb_execution_mode = "off"  # the chapters were executed by the book tool just before',
+        'myst_enable_extensions = ["dollarmath", "amsmath"]',
+        'html_theme = "sphinx_book_theme"',
+        f"html_title = {book.title!r}",
+        'html_theme_options = {"show_toc_level": 2, "use_download_button": True}',
+        'exclude_patterns = ["**.ipynb_checkpoints"]',
+        'html_static_path = ["_static"]',
+        'html_css_files = ["book.css"]',
+        "",
+    ])
+
+
+BOOK_CSS = """/* Code is written up to 120 characters wide: a slightly smaller font fits more of it on screen. */
+.bd-page-width { max-width: 100rem; }
+.bd-article-container { max-width: 72rem; }
+div.cell div.highlight pre, div.cell_output pre { font-size: 0.8rem; }
+"""
+
+
+def index_page(book: Book) -> str:
+    lines = [f"# {book.title}", "", book.subtitle, "", "By " + ", ".join(book.authors) + ".", "",
+             "```{toctree}", ":caption: Chapters", ":maxdepth: 1", ""]
+    lines += [chapter.stem for chapter in book.chapters]
+    return "\n".join(lines + ["```", ""])
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _markdown_cell(text: str, cell_id: str) -> dict:
+    return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
+
+
+def decorate_for_html(path: Path, chapter: Chapter) -> None:
+    """Add what a reader of the HTML page needs and a notebook reader does not: below the title, how to run the
+    chapter and a link to download its notebook; after every interactive explorer (an ipywidgets output, which
+    a static page cannot run), a note to run it live."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    number = chapter.file.split("_", 1)[0]
+    hint = (f"```{{admonition}} Run this chapter\n:class: tip\n"
+            f"Open `chapters/{chapter.file}` in JupyterLab (`make lab`) and run all cells, or re-execute it in "
+            f"place with `make run CHAPTER={number}`. Download the notebook: "
+            f"{{download}}`{chapter.file} <{chapter.file}>`.\n```")
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        cells.append(cell)
+        if i == 0:
+            cells.append(_markdown_cell(hint, "run-this-chapter"))
+        if any(WIDGET in output.get("data", {}) for output in cell.get("outputs", [])):
+            cells.append(_markdown_cell("```{note}\nThis explorer is interactive: its controls work only in a running "
+                                        "notebook. Open the chapter in JupyterLab to use it.\n```", f"explorer-note-{i}"))
+    nb["cells"] = cells
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def build_html(book: Book, execute_chapters: bool = True) -> Path:
+    src, html = BUILD / "src", BUILD / "html"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    if execute_chapters:
+        run(book, list(book.chapters), out_dir=src)
+    else:
+        for chapter in book.chapters:
+            shutil.copy(chapter.path, src / chapter.file)
+    for chapter in book.chapters:
+        decorate_for_html(src / chapter.file, chapter)
+    (src / "index.md").write_text(index_page(book), encoding="utf-8")
+    (src / "conf.py").write_text(sphinx_conf(book), encoding="utf-8")
+    (src / "_static").mkdir()
+    (src / "_static" / "book.css").write_text(BOOK_CSS, encoding="utf-8")
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
+               "-d", str(BUILD / "doctrees"), str(src), str(html)]
+    if subprocess.run(command).returncode != 0:
+        raise BookError("sphinx could not render the book (messages above)")
+    return html / "index.html"

@@ -1,0 +1,56 @@
+"""The package's two rooms: albert_edu/ holds what the chapters teach, albert_edu/tools/ what builds the book.
+The teaching modules never import the toolbox, and the toolbox imports the teaching modules only inside the
+functions that need them, so the book tool keeps working while a chapter's exported code is broken."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import albert_edu
+
+PACKAGE = Path(albert_edu.__file__).parent
+TEACHING = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__main__.py")  # __main__ only calls tools.cli
+TOOLS = sorted((PACKAGE / "tools").glob("*.py"))
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+@pytest.mark.parametrize("path", TEACHING, ids=lambda p: p.name)
+def test_a_teaching_module_never_imports_the_toolbox(path):
+    used = imported_modules(ast.parse(path.read_text()))
+    assert not {m for m in used if m == "albert_edu.tools" or m.startswith("albert_edu.tools.")}
+
+
+@pytest.mark.parametrize("path", TOOLS, ids=lambda p: p.name)
+def test_the_toolbox_imports_teaching_modules_only_inside_functions(path):
+    top_level = [node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    used = imported_modules(ast.Module(body=top_level, type_ignores=[]))
+    teaching = {m for m in used if m.startswith("albert_edu.") and not m.startswith("albert_edu.tools")}
+    assert not teaching
+
+
+def test_the_layout_test_sees_a_violation():
+    bad = ast.parse("from albert_edu.tools.manifest import ROOT\n")
+    assert "albert_edu.tools.manifest" in imported_modules(bad)
+
+
+def test_the_data_directory_comes_from_the_library_and_can_be_moved(tmp_path):
+    code = "from albert_edu.corpus import DATA_DIR; print(DATA_DIR)"
+    default = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(default) == PACKAGE.parent / "data"
+    moved = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "ALBERT_EDU_DATA": str(tmp_path)}).stdout.strip()
+    assert Path(moved) == tmp_path
