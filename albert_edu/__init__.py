@@ -11,6 +11,7 @@ _HOME = {
     'ACTIVATIONS': 'config',  # 01_parameter_budget.ipynb
     'AlbertConfig': 'config',  # 01_parameter_budget.ipynb
     'PRESETS': 'config',  # 01_parameter_budget.ipynb
+    'to_transformers_config': 'config',  # 01_parameter_budget.ipynb
     'embedding_parameters': 'params',  # 01_parameter_budget.ipynb
     'projection_parameters': 'params',  # 01_parameter_budget.ipynb
     'attention_parameters': 'params',  # 01_parameter_budget.ipynb
@@ -58,10 +59,10 @@ _HOME = {
     'AlbertLayer': 'layers',  # 04_inside_a_layer.ipynb
     'AlbertEncoder': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertOutput': 'model',  # 05_sharing_across_layers.ipynb
-    'PretrainedModule': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertPreTrainedModel': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertModel': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertMLMHead': 'model',  # 05_sharing_across_layers.ipynb
-    'ClassifierHead': 'model',  # 05_sharing_across_layers.ipynb
+    'AlbertSOPHead': 'model',  # 05_sharing_across_layers.ipynb
     'check_labels': 'model',  # 05_sharing_across_layers.ipynb
     'PreTrainingOutput': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertForPreTraining': 'model',  # 05_sharing_across_layers.ipynb
@@ -76,6 +77,7 @@ _HOME = {
     'from_transformers_names': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'config_to_json': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'config_from_json': 'checkpoint',  # 05_sharing_across_layers.ipynb
+    'LAYOUTS': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'save_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'read_checkpoint': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'HEADS': 'checkpoint',  # 05_sharing_across_layers.ipynb
@@ -92,7 +94,6 @@ _HOME = {
     'create_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'write_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'read_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
-    'ExampleDataset': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'collate': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'Lamb': 'optim',  # 07_objectives_lamb_training.ipynb
     'parameter_groups': 'optim',  # 07_objectives_lamb_training.ipynb
@@ -103,8 +104,13 @@ _HOME = {
     'load_checkpoint': 'training',  # 07_objectives_lamb_training.ipynb
     'run_identity': 'training',  # 07_objectives_lamb_training.ipynb
     'validation_examples': 'training',  # 07_objectives_lamb_training.ipynb
+    'eval_mode': 'training',  # 07_objectives_lamb_training.ipynb
+    'predict': 'training',  # 07_objectives_lamb_training.ipynb
     'evaluate': 'training',  # 07_objectives_lamb_training.ipynb
     'distributed_setup': 'training',  # 07_objectives_lamb_training.ipynb
+    'PretrainingRun': 'training',  # 07_objectives_lamb_training.ipynb
+    'start_run': 'training',  # 07_objectives_lamb_training.ipynb
+    'train_step': 'training',  # 07_objectives_lamb_training.ipynb
     'pretrain': 'training',  # 07_objectives_lamb_training.ipynb
     'RUNS_DIR': 'experiments',  # 08_nsp_vs_sop.ipynb
     'RESULTS_DIR': 'experiments',  # 08_nsp_vs_sop.ipynb
@@ -115,7 +121,6 @@ _HOME = {
     'run_dir': 'experiments',  # 08_nsp_vs_sop.ipynb
     'train_cached': 'experiments',  # 08_nsp_vs_sop.ipynb
     'train_all': 'experiments',  # 08_nsp_vs_sop.ipynb
-    'predictions': 'experiments',  # 08_nsp_vs_sop.ipynb
     'balanced_accuracy': 'experiments',  # 08_nsp_vs_sop.ipynb
     'score': 'experiments',  # 08_nsp_vs_sop.ipynb
     'load_result': 'experiments',  # 08_nsp_vs_sop.ipynb

@@ -17,7 +17,7 @@ from albert_edu.experiments import RUNS_DIR, figure1_runs, run_summary, score, t
 from albert_edu.model import AlbertModel
 from albert_edu.pretraining_data import Example, collate, segment_pairs
 from albert_edu.tokenizer import Tokenizer
-
+from albert_edu.training import eval_mode
 
 
 def text_batch(documents, tokenizer: Tokenizer, max_seq_len: int = 64, count: int = 128,
@@ -41,12 +41,8 @@ def layer_states(model, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """The input of the first layer and the output of every layer, L + 1 tensors (B, T, H), from any model
     whose forward accepts output_hidden_states=True and returns .hidden_states: this book's models and
     transformers' AlbertModel / BertModel alike. Evaluated without dropout."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         out = model(**batch, output_hidden_states=True)
-    finally:
-        model.train(was_training)
     if getattr(out, "hidden_states", None) is None:
         raise TypeError(f"{type(model).__name__} returned no hidden_states: expected an encoder that "
                         f"supports output_hidden_states=True")

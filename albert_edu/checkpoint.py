@@ -110,17 +110,26 @@ def config_from_json(data: dict, path: Path) -> AlbertConfig:
     values = {k: v for k, v in data.items() if k in known}
     if values.get("sharing") == "none":  # written as one group per layer for transformers
         values["num_hidden_groups"] = 1
-    return AlbertConfig(**values)
+    try:
+        return AlbertConfig(**values)
+    except ValueError as error:  # a mistyped or impossible field: say which file holds it
+        raise ValueError(f"{path}: {error}") from None
 
 
-def save_pretrained(model: torch.nn.Module, path, transformers_format: bool | None = None) -> None:
-    """Write config.json and model.safetensors. transformers_format: None = transformers' layout whenever it can
-    express the sharing strategy; True = insist on it (ValueError otherwise); False = our own names."""
+LAYOUTS = ("auto", "transformers", "ours")
+
+
+def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
+    """Write config.json and model.safetensors. layout: "transformers" = transformers' tensor names (ValueError
+    when transformers cannot express the sharing strategy); "ours" = our own names; "auto" = transformers'
+    names whenever they can express the model, ours otherwise."""
     c, path = model.config, Path(path)
-    if transformers_format and not transformers_expressible(c):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: expected one of {LAYOUTS}")
+    if layout == "transformers" and not transformers_expressible(c):
         raise ValueError(f"sharing={c.sharing!r} cannot be expressed in transformers' ALBERT format, which shares "
-                         f"whole layers only; save with transformers_format=False or None")
-    as_transformers = transformers_expressible(c) if transformers_format is None else transformers_format
+                         f"whole layers only; save with layout='ours' (or 'auto', which chooses it)")
+    as_transformers = layout == "transformers" or layout == "auto" and transformers_expressible(c)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if as_transformers:
         state = to_transformers_names(state, c)
@@ -211,4 +220,4 @@ def load_pretrained(cls, path):
     return model
 
 
-__all__ = ['WEIGHTS', 'CONFIG', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'save_pretrained', 'read_checkpoint', 'HEADS', 'FRESH_IF_MISSING', 'load_pretrained']
+__all__ = ['WEIGHTS', 'CONFIG', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'LAYOUTS', 'save_pretrained', 'read_checkpoint', 'HEADS', 'FRESH_IF_MISSING', 'load_pretrained']

@@ -123,4 +123,17 @@ PRESETS = {
 }
 
 
-__all__ = ['SHARING_MODES', 'ACTIVATIONS', 'AlbertConfig', 'PRESETS']
+def to_transformers_config(c: AlbertConfig, **overrides):
+    """The same model as a transformers.AlbertConfig (fields as named there), with `overrides` applied."""
+    import transformers  # only the comparisons with the reference implementation need it
+
+    if c.sharing not in ("all", "none"):
+        raise ValueError(f"sharing={c.sharing!r} has no counterpart in transformers, whose ALBERT shares whole "
+                         f"layers in groups: expected 'all' or 'none'")
+    fields = {k: v for k, v in c.to_dict().items() if k not in ("sharing", "embedding_projection")}
+    if c.sharing == "none":
+        fields["num_hidden_groups"] = c.num_hidden_layers  # one group per layer: nothing shared
+    return transformers.AlbertConfig(**{**fields, **overrides})
+
+
+__all__ = ['SHARING_MODES', 'ACTIVATIONS', 'AlbertConfig', 'PRESETS', 'to_transformers_config']

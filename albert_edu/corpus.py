@@ -233,6 +233,10 @@ def is_validation(doc: Document) -> bool:
 def prepare_corpus(data_dir: Path = DATA_DIR, extra_files: tuple[Path, ...] = ()) -> dict:
     """Fetch, clean and split; write prepared/{train,validation}.jsonl and prepared/stats.json.
     Does nothing when the prepared files exist and were made from the same inputs by the same recipe."""
+    for path in extra_files:
+        if not Path(path).is_file():
+            found = "a directory" if Path(path).is_dir() else "no such file"
+            raise CorpusError(f"extra file {path}: expected a UTF-8 text file, found {found}")
     raw = fetch_sources(data_dir / "raw")
     inputs = {p.name: sha256(p) for p in [raw["enwiki"], raw["lee"], *extra_files]}
     inputs["mwparserfromhell"] = mwparserfromhell.__version__  # its parse decides what text survives
@@ -249,6 +253,7 @@ def prepare_corpus(data_dir: Path = DATA_DIR, extra_files: tuple[Path, ...] = ()
     splits = {"train": [d for d in documents if not is_validation(d)],
               "validation": [d for d in documents if is_validation(d)]}
     stats = {"recipe": RECIPE_VERSION, "inputs": inputs, "skipped": report.skipped}
+    stats_path.unlink(missing_ok=True)  # written last: until then no run, even an interrupted one, looks complete
     for split, docs in splits.items():
         lines = "".join(json.dumps(vars(d), ensure_ascii=False) + "\n" for d in docs)
         write_atomically(out / f"{split}.jsonl", lines.encode("utf-8"))

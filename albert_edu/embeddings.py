@@ -28,6 +28,9 @@ def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must be a (batch, length) integer tensor; got shape "
                          f"{tuple(input_ids.shape)} and dtype {input_ids.dtype}")
+    if input_ids.numel() == 0:
+        raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}: expected at least one sequence of at "
+                         f"least one token")
     length = input_ids.shape[1]
     if length > c.max_position_embeddings:
         raise ValueError(f"sequence length {length} exceeds max_position_embeddings={c.max_position_embeddings}")

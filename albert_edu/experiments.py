@@ -20,8 +20,7 @@ from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.tokenizer import Tokenizer
-from albert_edu.pretraining_data import collate
-from albert_edu.training import TrainingConfig, pretrain, validation_examples
+from albert_edu.training import TrainingConfig, predict, pretrain, validation_examples
 
 RUNS_DIR = DATA_DIR / "runs"  # the cache of trained runs (not in git)
 RESULTS_DIR = DATA_DIR / "results"  # results of the full recipe (in git)
@@ -102,25 +101,6 @@ def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_
     return [train_cached(r, runs_dir, data_dir) for r in runs]
 
 
-@torch.no_grad()
-def predictions(model, examples: list, batch_size: int = 64) -> dict:
-    """One pass over held-out examples: the pair head's answers, the true pair labels, and how many of the
-    masked pieces the MLM head gets right."""
-    was_training = model.training
-    model.eval()
-    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0}
-    for start in range(0, len(examples), batch_size):
-        batch = collate(examples[start:start + batch_size])
-        out["labels"] += batch.pop("sentence_order_label").tolist()
-        result = model(**batch)
-        out["answers"] += result.sop_logits.argmax(-1).tolist()
-        masked = batch["labels"][batch["labels"] != -100]
-        out["mlm_right"] += int((result.prediction_logits.argmax(-1) == masked).sum())
-        out["mlm_total"] += len(masked)
-    model.train(was_training)
-    return out
-
-
 def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
     """The mean over classes of the fraction of that class answered right. A head that gives every pair the
     same answer scores 0.5, however unequal the classes are: the chance level is always 50%."""
@@ -145,7 +125,7 @@ def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: 
             examples[task] += subset
     scores = {"examples": len(examples["sop"])}
     for task, subset in examples.items():
-        seen = predictions(model, subset)
+        seen = predict(model, subset)
         answers, labels = seen["answers"], seen["labels"]
         scores[f"{task}_accuracy"] = sum(a == y for a, y in zip(answers, labels)) / len(labels)
         scores[f"{task}_majority"] = max(sum(labels), len(labels) - sum(labels)) / len(labels)
@@ -209,4 +189,4 @@ def run_summary(path: Path, loss_every: int = 50) -> dict:
             "loss": [[r["step"], r["loss"]] for r in records if "loss" in r and r["step"] % loss_every == 0]}
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'predictions', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'table5_runs', 'figure1_runs', 'run_summary']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'table5_runs', 'figure1_runs', 'run_summary']

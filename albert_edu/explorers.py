@@ -17,6 +17,15 @@ import random
 from pathlib import Path
 
 
+def shown(render) -> str:
+    """What an explorer displays: the HTML that render() returns, or, when the controls hold a value the
+    function refuses (it raises ValueError naming it), that message, so a reader never sees a traceback."""
+    try:
+        return render()
+    except ValueError as error:
+        return f'<p class="explorer-result explorer-error">{html.escape(str(error))}</p>'
+
+
 # ---- chapter 1: the parameter budget -------------------------------------------------------------------
 
 def budget_text(vocab_size: int, embedding_size: int, hidden_size: int, num_hidden_layers: int,
@@ -44,10 +53,8 @@ def parameter_explorer():
     result = widgets.HTML()
 
     def update(_=None):
-        try:
-            result.value = f'<p class="explorer-result">{html.escape(budget_text(**{k: c.value for k, c in controls.items()}))}</p>'
-        except ValueError as error:
-            result.value = f'<p class="explorer-result explorer-error">{html.escape(str(error))}</p>'
+        values = {k: c.value for k, c in controls.items()}
+        result.value = shown(lambda: f'<p class="explorer-result">{html.escape(budget_text(**values))}</p>')
 
     for control in controls.values():
         control.observe(update, names="value")
@@ -66,6 +73,8 @@ def pair_view(documents, tokenizer, document: int, objective: str, seed: int, ma
 
     if not 0 <= document < len(documents):
         raise ValueError(f"document={document}: expected 0 <= document < {len(documents)}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed={seed!r}: expected a non-negative integer")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     rng = random.Random(seed)
@@ -111,7 +120,7 @@ def masking_explorer(split: str = "validation"):
 
     def update(_=None):
         values = {k: c.value for k, c in controls.items()}
-        result.value = pair_html(pair_view(documents, tokenizer, **values))
+        result.value = shown(lambda: pair_html(pair_view(documents, tokenizer, **values)))
 
     for control in controls.values():
         control.observe(update, names="value")
@@ -202,11 +211,16 @@ def layer_explorer(recipe: str = "book"):
     def update(_=None):
         states, curves = measured(controls["model"].value)
         layer, position = controls["layer"].value, controls["position"].value
-        path = token_path(states, 0, position)
-        result.value = f'<p class="explorer-result">{html.escape(layer_text(curves, path, layer, pieces[position]))}</p>'
         figure.clear_output(wait=True)
-        with figure:
-            draw_layer_curves(curves, path, layer, pieces[position])
+
+        def render():
+            path = token_path(states, 0, position)
+            text = layer_text(curves, path, layer, pieces[position])
+            with figure:
+                draw_layer_curves(curves, path, layer, pieces[position])
+            return f'<p class="explorer-result">{html.escape(text)}</p>'
+
+        result.value = shown(render)
 
     for control in controls.values():
         control.observe(update, names="value")

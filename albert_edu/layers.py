@@ -57,10 +57,10 @@ class AlbertLayer(nn.Module):
     def __init__(self, c: AlbertConfig):
         super().__init__()
         self.attention = AlbertAttention(c)
-        self.ffn = AlbertFFN(c)
+        self.feed_forward = AlbertFFN(c)  # holds ffn, ffn_output and LayerNorm, as transformers names them
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-        return self.ffn(self.attention(x, allowed))
+        return self.feed_forward(self.attention(x, allowed))
 
 
 __all__ = ['ACTIVATION_FUNCTIONS', 'AlbertAttention', 'AlbertFFN', 'AlbertLayer']

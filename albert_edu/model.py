@@ -46,7 +46,7 @@ class AlbertOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H): the input, then each layer
 
 
-class PretrainedModule(nn.Module):
+class AlbertPreTrainedModel(nn.Module):
     """What the three models share: a config, and checkpoint directories in transformers' layout."""
 
     config: AlbertConfig
@@ -60,11 +60,11 @@ class PretrainedModule(nn.Module):
         """Constructor arguments besides the config, read back from config.json."""
         return {}
 
-    def save_pretrained(self, path, transformers_format: bool | None = None) -> None:
+    def save_pretrained(self, path, layout: str = "auto") -> None:
         """Write config.json and model.safetensors (see albert_edu.checkpoint, later in this chapter)."""
         from albert_edu.checkpoint import save_pretrained
 
-        save_pretrained(self, path, transformers_format)
+        save_pretrained(self, path, layout)
 
     @classmethod
     def from_pretrained(cls, path):
@@ -74,7 +74,7 @@ class PretrainedModule(nn.Module):
         return load_pretrained(cls, path)
 
 
-class AlbertModel(PretrainedModule):
+class AlbertModel(AlbertPreTrainedModel):
     """The ALBERT encoder with its pooler: transformers' AlbertModel."""
 
     def __init__(self, c: AlbertConfig):
@@ -90,6 +90,10 @@ class AlbertModel(PretrainedModule):
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
                              f"expected {tuple(input_ids.shape)} like input_ids")
+        if attention_mask is not None and not bool(attention_mask.bool().any(-1).all()):
+            row = int((~attention_mask.bool().any(-1)).nonzero()[0])
+            raise ValueError(f"attention_mask row {row} is all zeros: expected at least one position to attend to "
+                             f"(a row of padding only has no output)")
         allowed = None
         if attention_mask is not None and not bool(attention_mask.all()):
             allowed = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
@@ -112,8 +116,8 @@ class AlbertMLMHead(nn.Module):
         return F.linear(self.LayerNorm(self.activation(self.dense(h))), word_embeddings, self.bias)
 
 
-class ClassifierHead(nn.Module):
-    """Dropout and a linear map from the pooled vector: the SOP/NSP head."""
+class AlbertSOPHead(nn.Module):
+    """Dropout and a linear map from the pooled vector: the sentence-pair head (transformers' name; NSP uses it too)."""
 
     def __init__(self, c: AlbertConfig, num_labels: int):
         super().__init__()
@@ -134,8 +138,9 @@ def check_labels(labels: torch.Tensor, shape: tuple, num_classes: int, name: str
 
 @dataclass
 class PreTrainingOutput:
-    prediction_logits: torch.Tensor  # (B, T, V), or (N, V) at the N labelled positions when labels are given
+    prediction_logits: torch.Tensor | None  # (B, T, V); None when labels are given (see masked_lm_logits)
     sop_logits: torch.Tensor  # (B, 2)
+    masked_lm_logits: torch.Tensor | None = None  # (N, V) at the N labelled positions, when labels are given
     loss: torch.Tensor | None = None  # mlm_loss + sop_loss (each term only when its labels are given)
     mlm_loss: torch.Tensor | None = None
     sop_loss: torch.Tensor | None = None
@@ -143,7 +148,7 @@ class PreTrainingOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-class AlbertForPreTraining(PretrainedModule):
+class AlbertForPreTraining(AlbertPreTrainedModel):
     """AlbertModel with the masked-LM head and the sentence-pair (SOP or NSP) head."""
 
     def __init__(self, c: AlbertConfig):
@@ -151,7 +156,7 @@ class AlbertForPreTraining(PretrainedModule):
         self.config = c
         self.albert = AlbertModel(c)
         self.predictions = AlbertMLMHead(c)
-        self.sop_classifier = ClassifierHead(c, 2)
+        self.sop_classifier = AlbertSOPHead(c, 2)
         for head in (self.predictions, self.sop_classifier):
             head.apply(partial(init_weights, std=c.initializer_range))
 
@@ -159,8 +164,9 @@ class AlbertForPreTraining(PretrainedModule):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 sentence_order_label: torch.Tensor | None = None,
                 output_hidden_states: bool = False) -> PreTrainingOutput:
-        """Unlike transformers: with `labels`, prediction_logits holds only the labelled positions, (N, V);
-        the loss is the sum of the terms whose labels are given (MLM, sentence pair, or both)."""
+        """With `labels`, only the N labelled positions are scored: masked_lm_logits (N, V), and prediction_logits
+        is None; without them, prediction_logits is (B, T, V) as in transformers. The loss is the sum of the terms
+        whose labels are given (MLM, sentence pair, or both)."""
         out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states)
         h, mlm_loss, sop_loss = out.last_hidden_state, None, None
         if labels is not None:
@@ -175,8 +181,10 @@ class AlbertForPreTraining(PretrainedModule):
             check_labels(sentence_order_label, (input_ids.shape[0],), 2, "sentence_order_label")
             sop_loss = F.cross_entropy(sop_logits, sentence_order_label)
         terms = [t for t in (mlm_loss, sop_loss) if t is not None]
-        return PreTrainingOutput(logits, sop_logits, sum(terms) if terms else None, mlm_loss, sop_loss,
-                                 out.last_hidden_state, out.hidden_states)
+        return PreTrainingOutput(prediction_logits=None if labels is not None else logits, sop_logits=sop_logits,
+                                 masked_lm_logits=logits if labels is not None else None,
+                                 loss=sum(terms) if terms else None, mlm_loss=mlm_loss, sop_loss=sop_loss,
+                                 last_hidden_state=out.last_hidden_state, hidden_states=out.hidden_states)
 
 
 @dataclass
@@ -186,7 +194,7 @@ class ClassificationOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-class AlbertForSequenceClassification(PretrainedModule):
+class AlbertForSequenceClassification(AlbertPreTrainedModel):
     """AlbertModel with a classifier on the pooled vector (regression when num_labels is 1)."""
 
     def __init__(self, c: AlbertConfig, num_labels: int = 2):
@@ -221,4 +229,4 @@ class AlbertForSequenceClassification(PretrainedModule):
         return ClassificationOutput(logits, loss, out.hidden_states)
 
 
-__all__ = ['AlbertEncoder', 'AlbertOutput', 'PretrainedModule', 'AlbertModel', 'AlbertMLMHead', 'ClassifierHead', 'check_labels', 'PreTrainingOutput', 'AlbertForPreTraining', 'ClassificationOutput', 'AlbertForSequenceClassification']
+__all__ = ['AlbertEncoder', 'AlbertOutput', 'AlbertPreTrainedModel', 'AlbertModel', 'AlbertMLMHead', 'AlbertSOPHead', 'check_labels', 'PreTrainingOutput', 'AlbertForPreTraining', 'ClassificationOutput', 'AlbertForSequenceClassification']

@@ -168,20 +168,11 @@ def read_examples(path: Path) -> list[Example]:
         return [Example(**json.loads(line)) for line in f]
 
 
-class ExampleDataset(torch.utils.data.Dataset):
-    def __init__(self, examples: list[Example]):
-        self.examples = examples
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, index: int) -> Example:
-        return self.examples[index]
-
-
 def collate(examples: list[Example], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest example: the model's inputs, MLM labels (-100 where nothing is predicted)
     and the sentence-pair labels."""
+    if not examples:
+        raise ValueError("collate got no examples: expected a batch of at least one")
     length = max(len(e.input_ids) for e in examples)
     batch = len(examples)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
@@ -198,4 +189,4 @@ def collate(examples: list[Example], pad_id: int = 0) -> dict[str, torch.Tensor]
             "labels": labels, "sentence_order_label": torch.tensor([e.pair_label for e in examples])}
 
 
-__all__ = ['OBJECTIVES', 'Example', 'truncate_pair', 'segment_pairs', 'NGRAM_WEIGHTS', 'word_units', 'choose_spans', 'mask_ngrams', 'create_examples', 'write_examples', 'read_examples', 'ExampleDataset', 'collate']
+__all__ = ['OBJECTIVES', 'Example', 'truncate_pair', 'segment_pairs', 'NGRAM_WEIGHTS', 'word_units', 'choose_spans', 'mask_ngrams', 'create_examples', 'write_examples', 'read_examples', 'collate']

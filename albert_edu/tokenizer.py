@@ -63,7 +63,11 @@ class Tokenizer:
     pad_id, unk_id, cls_id, sep_id, mask_id = 0, 1, 2, 3, 4
 
     def __init__(self, model_file: Path):
-        self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        except (RuntimeError, OSError) as error:  # SentencePiece's own message, e.g. "could not parse ModelProto"
+            raise ValueError(f"{model_file} is not a readable SentencePiece model (empty, truncated or corrupt?): "
+                             f"{error}; run `albert-edu train-tokenizer` to make it again") from None
         found = {self.sp.id_to_piece(i): i for i in range(len(SPECIAL_TOKENS))}
         if found != SPECIAL_TOKENS:
             raise ValueError(f"{model_file} has special tokens {found}; expected ALBERT's {SPECIAL_TOKENS}")

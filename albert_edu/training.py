@@ -9,7 +9,9 @@ import os
 import random
 import shutil
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -158,30 +160,46 @@ def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int, max_e
     return examples
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module):
+    """Run the block without dropout, then put the model back in the mode it was in, even after an error."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
+def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
+    """One pass over examples without dropout: the pair head's answers and the true pair labels, one per
+    example, and how many of the masked pieces the MLM head gets right."""
+    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0}
+    with eval_mode(model):
+        for start in range(0, len(examples), batch_size):
+            batch = collate(examples[start:start + batch_size])
+            out["labels"] += batch.pop("sentence_order_label").tolist()
+            result = model(**batch)
+            out["answers"] += result.sop_logits.argmax(-1).tolist()
+            masked = batch["labels"][batch["labels"] != -100]
+            out["mlm_right"] += int((result.masked_lm_logits.argmax(-1) == masked).sum())
+            out["mlm_total"] += len(masked)
+    return out
+
+
 def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) -> dict[str, float]:
     """MLM accuracy and both pair tasks, whatever objective the model was trained with (the pair head's class 0
     means "A then B as written" for SOP and NSP alike), with the majority-class rate of each pair task: the
     accuracy of always guessing the commoner label, which is the chance level to beat."""
-    was_training = model.training
-    model.eval()
     scores = {}
     for objective, subset in examples.items():
-        mlm_right = mlm_total = pair_right = 0
-        for start in range(0, len(subset), batch_size):
-            batch = collate(subset[start:start + batch_size])
-            labels = batch.pop("labels")
-            pair_labels = batch.pop("sentence_order_label")
-            out = model(**batch, labels=labels)
-            mlm_right += int((out.prediction_logits.argmax(-1) == labels[labels != -100]).sum())
-            mlm_total += int((labels != -100).sum())
-            pair_right += int((out.sop_logits.argmax(-1) == pair_labels).sum())
-        positives = sum(e.pair_label for e in subset) / len(subset)
-        scores[f"{objective}_accuracy"] = pair_right / len(subset)
+        seen = predict(model, subset, batch_size)
+        positives = sum(seen["labels"]) / len(subset)
+        scores[f"{objective}_accuracy"] = sum(a == y for a, y in zip(seen["answers"], seen["labels"])) / len(subset)
         scores[f"{objective}_majority"] = max(positives, 1 - positives)
         if objective == "sop":
-            scores["mlm_accuracy"] = mlm_right / mlm_total
-    model.train(was_training)
+            scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
     return scores
 
 
@@ -191,77 +209,6 @@ def distributed_setup() -> tuple[int, int]:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         dist.init_process_group("gloo")
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-
-
-def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume: bool = False,
-             data_dir: Path = DATA_DIR, stop_after: int | None = None, progress: bool = True) -> dict:
-    """Pre-train an AlbertForPreTraining; write out_dir/{config.json, model.safetensors, log.jsonl}.
-    stop_after ends the run early at that step, as an interruption would (for demonstrations and tests)."""
-    out_dir, rank, world = Path(out_dir), *distributed_setup()
-    micro, leftover = divmod(config.batch_size, world * config.accumulation)
-    if leftover or micro == 0:
-        raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x accumulation "
-                         f"= {world} x {config.accumulation}")
-    if out_dir.exists() and any(out_dir.iterdir()) and not resume:
-        raise ValueError(f"{out_dir} is not empty: pass resume=True (--resume) to continue the run in it, "
-                         f"or choose a new directory")
-    tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(f"vocab_size={model_config.vocab_size} differs from the tokenizer's {tokenizer.vocab_size}")
-    torch.manual_seed(config.seed)
-    model = AlbertForPreTraining(model_config)
-    optimizer = Lamb(parameter_groups(model, config.weight_decay), lr=config.lr)
-    stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
-                           config.seed)
-    step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
-    if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
-        kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
-        (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
-    schedule = lambda s: warmup_then_linear_decay(s, config.warmup_steps, config.steps)  # noqa: E731
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    scheduler.last_epoch = step
-    for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
-        group["lr"] = base * schedule(step)
-    wrapped = torch.nn.parallel.DistributedDataParallel(
-        model, find_unused_parameters=config.objective == "none") if world > 1 else model
-    validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log = open(out_dir / "log.jsonl", "a") if rank == 0 else None
-    bar = _progress(config.steps, step, progress and rank == 0)
-    metrics, started, tokens, loss = {}, time.perf_counter(), 0, None
-    while step < config.steps and (stop_after is None or step < stop_after):
-        global_batch = stream.take(config.batch_size)  # every process walks the whole stream, keeps its share
-        mine = global_batch[rank * micro * config.accumulation:(rank + 1) * micro * config.accumulation]
-        loss = _accumulate(wrapped, mine, micro, config, world, sum(len(e.mlm_positions) for e in global_batch))
-        lr = optimizer.param_groups[0]["lr"]
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the norm before clipping
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        tokens += sum(len(e.input_ids) for e in global_batch)
-        if world > 1:
-            dist.all_reduce(loss)
-        record = {"step": step, "loss": round(loss.item(), 5), "lr": lr, "grad_norm": round(grad_norm.item(), 4),
-                  "tokens_per_s": round(tokens / (time.perf_counter() - started))}
-        if rank == 0 and (step % config.log_every == 0 or step == config.steps):
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-        if rank == 0 and (step == config.steps or config.eval_every and step % config.eval_every == 0):
-            metrics = evaluate(model, validation)
-            log.write(json.dumps({"step": step, "eval": metrics}) + "\n")
-            log.flush()
-        if rank == 0 and (config.save_every and step % config.save_every == 0 or step == config.steps):
-            save_checkpoint(out_dir, step, model, optimizer, stream, config)
-        bar.update(1)
-        bar.set_postfix(loss=record["loss"], tokens_per_s=record["tokens_per_s"])
-    bar.close()
-    if rank == 0 and step == config.steps:
-        metrics = metrics or evaluate(model, validation)  # a resumed run that was already complete
-        model.save_pretrained(out_dir)
-    if world > 1:
-        dist.barrier()
-    return {"step": step, "loss": None if loss is None else loss.item(), **metrics}
 
 
 def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int) -> torch.Tensor:
@@ -281,10 +228,118 @@ def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int,
     return total
 
 
+@dataclass
+class PretrainingRun:
+    """What a pre-training run holds between steps."""
+    model: AlbertForPreTraining
+    trained: torch.nn.Module  # the model itself, or DistributedDataParallel around it
+    optimizer: Lamb
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    stream: ExampleStream
+    step: int  # optimizer steps taken so far
+    rank: int
+    world: int
+    micro: int  # sequences per forward pass: batch_size / (world x accumulation)
+
+
+def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path, resume: bool,
+              data_dir: Path, tokenizer: Tokenizer) -> PretrainingRun:
+    """A new run, or the run in out_dir continued from its last checkpoint (resume=True)."""
+    rank, world = distributed_setup()
+    micro, leftover = divmod(config.batch_size, world * config.accumulation)
+    if leftover or micro == 0:
+        raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x accumulation "
+                         f"= {world} x {config.accumulation}")
+    if out_dir.exists() and any(out_dir.iterdir()) and not resume:
+        raise ValueError(f"{out_dir} is not empty: pass resume=True (--resume) to continue the run in it, "
+                         f"or choose a new directory")
+    if model_config.vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"vocab_size={model_config.vocab_size} differs from the tokenizer's {tokenizer.vocab_size}")
+    torch.manual_seed(config.seed)
+    model = AlbertForPreTraining(model_config)
+    optimizer = Lamb(parameter_groups(model, config.weight_decay), lr=config.lr)
+    stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
+                           config.seed)
+    step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
+    if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
+        kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
+        (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
+    schedule = partial(warmup_then_linear_decay, warmup_steps=config.warmup_steps, total_steps=config.steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    scheduler.last_epoch = step
+    for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * schedule(step)
+    trained = torch.nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=config.objective == "none") if world > 1 else model
+    return PretrainingRun(model, trained, optimizer, scheduler, stream, step, rank, world, micro)
+
+
+def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
+    """One optimizer step on the next global batch: its loss (averaged over processes), the learning rate it
+    used, the gradient norm before clipping, and the number of tokens it saw."""
+    global_batch = run.stream.take(config.batch_size)
+    share = run.micro * config.accumulation
+    mine = global_batch[run.rank * share:(run.rank + 1) * share]
+    loss = _accumulate(run.trained, mine, run.micro, config, run.world,
+                       sum(len(e.mlm_positions) for e in global_batch))
+    lr = run.optimizer.param_groups[0]["lr"]
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    if run.world > 1:
+        dist.all_reduce(loss)
+    return {"step": run.step, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item(),
+            "tokens": sum(len(e.input_ids) for e in global_batch)}
+
+
+def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume: bool = False,
+             data_dir: Path = DATA_DIR, stop_after: int | None = None, progress: bool = True) -> dict:
+    """Pre-train an AlbertForPreTraining; write out_dir/{config.json, model.safetensors, log.jsonl}.
+    stop_after ends the run early at that step, as an interruption would (for demonstrations and tests)."""
+    out_dir, data_dir = Path(out_dir), Path(data_dir)
+    tokenizer = Tokenizer.load(data_dir / "tokenizer")
+    run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer)
+    validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writer = run.rank == 0
+    metrics, started, tokens, result = {}, time.perf_counter(), 0, None
+    log_file = open(out_dir / "log.jsonl", "a") if writer else nullcontext()
+    with log_file as log, _progress(config.steps, run.step, progress and writer) as bar:
+        while run.step < config.steps and (stop_after is None or run.step < stop_after):
+            result = train_step(run, config)
+            tokens += result["tokens"]
+            record = {"step": result["step"], "loss": round(result["loss"], 5), "lr": result["lr"],
+                      "grad_norm": round(result["grad_norm"], 4),
+                      "tokens_per_s": round(tokens / (time.perf_counter() - started))}
+            step, last = run.step, run.step == config.steps
+            if writer and (step % config.log_every == 0 or last):
+                _write_line(log, record)
+            if writer and (last or config.eval_every and step % config.eval_every == 0):
+                metrics = evaluate(run.model, validation)
+                _write_line(log, {"step": step, "eval": metrics})
+            if writer and (last or config.save_every and step % config.save_every == 0):
+                save_checkpoint(out_dir, step, run.model, run.optimizer, run.stream, config)
+            bar.update(1)
+            bar.set_postfix(loss=record["loss"], tokens_per_s=record["tokens_per_s"])
+    if writer and run.step == config.steps:
+        metrics = metrics or evaluate(run.model, validation)  # a resumed run that was already complete
+        run.model.save_pretrained(out_dir)
+    if run.world > 1:
+        dist.barrier()
+    return {"step": run.step, "loss": None if result is None else result["loss"], **metrics}
+
+
+def _write_line(log, record: dict) -> None:
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+
+
 def _progress(total: int, done: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'evaluate', 'distributed_setup', 'pretrain']
+__all__ = ['TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'start_run', 'train_step', 'pretrain']

@@ -7,11 +7,9 @@ import pytest
 import torch
 import transformers
 
-from albert_edu import AlbertModel
+from albert_edu import AlbertConfig, AlbertModel, to_transformers_config
 from albert_edu.analysis import figure1_curves, layer_states, layer_transitions, roughness, text_batch
-from albert_edu.corpus import load_documents
 from albert_edu.experiments import experiment_model
-from albert_edu.tokenizer import Tokenizer
 
 
 def test_known_distances_and_angles_and_padding_is_ignored():
@@ -51,10 +49,10 @@ def test_text_batch_is_unmasked_held_out_text(batch, tokenizer, validation_docum
 
 
 def test_transformers_checkpoints_measure_the_same_both_ways(tmp_path, batch):
-    config = transformers.AlbertConfig(vocab_size=8000, embedding_size=64, hidden_size=128, num_hidden_layers=3,
-                                       num_attention_heads=2, intermediate_size=256)
+    config = AlbertConfig.from_preset("tiny", hidden_size=128, num_hidden_layers=3, num_attention_heads=2,
+                                      intermediate_size=256)
     torch.manual_seed(0)
-    model = transformers.AlbertModel(config)
+    model = transformers.AlbertModel(to_transformers_config(config))
     for p in model.parameters():
         p.data += 0.02 * torch.randn_like(p)
     model.save_pretrained(tmp_path)

@@ -38,8 +38,18 @@ def test_saved_tensors_have_transformers_names_and_no_tied_duplicates(tmp_path):
 def test_shared_attention_cannot_be_saved_for_transformers(tmp_path):
     model = AlbertModel(AlbertConfig(**{**TINY.to_dict(), "sharing": "attention"}))
     with pytest.raises(ValueError, match="sharing='attention' cannot be expressed in transformers' ALBERT format"):
-        model.save_pretrained(tmp_path, transformers_format=True)
+        model.save_pretrained(tmp_path, layout="transformers")
     assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_a_layout_is_one_of_three_names_and_ours_keeps_our_tensor_names(tmp_path):
+    model = AlbertModel(TINY)
+    with pytest.raises(ValueError, match="layout='hf': expected one of"):
+        model.save_pretrained(tmp_path, layout="hf")
+    assert not any(tmp_path.iterdir())
+    model.save_pretrained(tmp_path, layout="ours")
+    assert set(load_file(tmp_path / "model.safetensors")) == set(model.state_dict())
+    assert AlbertModel.from_pretrained(tmp_path).state_dict().keys() == model.state_dict().keys()
 
 
 def test_model_without_projection_saves_an_identity_map_and_loads_back_without_it(tmp_path):
@@ -119,6 +129,27 @@ def test_config_for_another_architecture_is_refused(tmp_path):
     del data["hidden_size"]
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="lacks \\['hidden_size'\\]"):
+        AlbertModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("hidden_size", "64", "hidden_size='64': expected a positive integer"),
+    ("num_hidden_layers", 2.5, "num_hidden_layers=2.5: expected a positive integer"),
+    ("sharing", "some", "sharing='some': expected one of"),
+])
+def test_a_mistyped_config_field_is_an_error_naming_the_file_and_the_field(field, value, message, tmp_path):
+    AlbertModel(TINY).save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, field: value}))
+    with pytest.raises(ValueError, match=f"config.json: AlbertConfig.{message}"):
+        AlbertModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 64, b'{"not": "safetensors"}'])
+def test_weights_that_are_not_safetensors_are_reported(content, tmp_path):
+    AlbertModel(TINY).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(content)
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
         AlbertModel.from_pretrained(tmp_path)
 
 

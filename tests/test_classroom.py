@@ -1,4 +1,4 @@
-"""Classroom assignments (albert_edu.classroom): every chapter's exercises are in nbgrader's format, the student
+"""Classroom assignments (albert_edu.tools.classroom): every chapter's exercises are in nbgrader's format, the student
 versions hold no solutions, reference solutions score full marks and untouched student versions score zero."""
 
 import json

@@ -9,10 +9,11 @@ import sys
 import pytest
 import transformers
 
-from albert_edu.tools.manifest import ROOT
-from albert_edu.corpus import (CorpusError, Report, clean_wikitext, is_validation, load_documents,
+import albert_edu.corpus as corpus
+from albert_edu.corpus import (CorpusError, Report, clean_wikitext, is_validation, load_documents, prepare_corpus,
                                read_text_documents, split_sentences)
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, normalize
+from albert_edu.tools.manifest import ROOT
 
 
 def test_readme_statistics_match_the_prepared_corpus(tokenizer):
@@ -117,6 +118,53 @@ def test_over_long_sentences_are_skipped_with_a_reason(tmp_path):
     docs = read_text_documents(tmp_path / "long.txt", "x", report)
     assert docs[0].sentences == ["Short one.", "Another one."]
     assert report.skipped == {"sentence longer than 2000 characters": 1}
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "not a model"])
+def test_a_damaged_tokenizer_model_is_an_error_naming_the_file(damage, tmp_path):
+    good = (ROOT / "data" / "tokenizer" / "spiece.model").read_bytes()
+    data = {"empty": b"", "truncated": good[:1000], "not a model": b'{"json": "instead"}'}[damage]
+    (tmp_path / "spiece.model").write_bytes(data)
+    with pytest.raises(ValueError, match="spiece.model is not a readable SentencePiece model"):
+        Tokenizer.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="run `albert-edu train-tokenizer`"):
+        Tokenizer.load(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing"])
+def test_an_extra_corpus_file_must_be_a_file(kind, tmp_path):
+    path = tmp_path / "extra"
+    if kind == "directory":
+        path.mkdir()
+    with pytest.raises(CorpusError, match=f"extra file {path}: expected a UTF-8 text file, found "
+                                          f"{'a directory' if kind == 'directory' else 'no such file'}"):
+        prepare_corpus(tmp_path / "data", (path,))
+    assert not (tmp_path / "data").exists()  # nothing fetched or written
+
+
+def test_an_interrupted_preparation_is_never_taken_as_complete(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    for path in (ROOT / "data" / "raw").iterdir():
+        (data / "raw" / path.name).symlink_to(path)
+    (data / "prepared").mkdir()
+    for name in ("train.jsonl", "validation.jsonl", "stats.json"):  # a complete earlier preparation
+        (data / "prepared" / name).write_bytes((ROOT / "data" / "prepared" / name).read_bytes())
+    extra = tmp_path / "extra.txt"
+    extra.write_text("One sentence here. And a second one.\n")
+    written = corpus.write_atomically
+
+    def killed_after_one_file(path, content):
+        written(path, content)
+        raise KeyboardInterrupt  # Ctrl-C between the two split files
+
+    monkeypatch.setattr(corpus, "write_atomically", killed_after_one_file)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_corpus(data, (extra,))
+    assert not (data / "prepared" / "stats.json").exists()  # so the next run prepares again
+    monkeypatch.undo()
+    stats = prepare_corpus(data)
+    assert stats["train"] == json.loads((ROOT / "data" / "prepared" / "stats.json").read_text())["train"]
 
 
 def test_load_documents_rejects_an_unknown_split():

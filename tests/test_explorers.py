@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from albert_edu.corpus import load_documents
-from albert_edu.explorers import budget_text, draw_layer_curves, layer_text, pair_html, pair_view, token_path
+from albert_edu.explorers import (budget_text, draw_layer_curves, layer_text, pair_html, pair_view, shown,
+                                  token_path)
 from albert_edu.params import budget_summary
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.tools.explore import write_notebooks
@@ -46,6 +47,20 @@ def test_pair_view_rejects_bad_choices(corpus):
         pair_view(documents, tokenizer, 99, "sop", 0)
     with pytest.raises(ValueError, match="objective='mlm'"):
         pair_view(documents, tokenizer, 0, "mlm", 0)
+    with pytest.raises(ValueError, match="seed=-1: expected a non-negative integer"):
+        pair_view(documents, tokenizer, 0, "sop", -1)
+
+
+@pytest.mark.parametrize("render, named", [
+    (lambda corpus: pair_html(pair_view(*corpus, 0, "sop", -1)), "seed=-1"),
+    (lambda corpus: pair_html(pair_view(*corpus, 10_000, "sop", 0)), "document=10000"),
+    (lambda corpus: budget_text(30000, 128, 100, 12), "hidden_size=100"),
+    (lambda corpus: budget_text(30000, 128, 768, 12, "all", 5), "num_hidden_groups=5"),
+])
+def test_an_explorer_shows_a_message_instead_of_a_traceback(render, named, corpus):
+    text = shown(lambda: render(corpus))
+    assert text.startswith('<p class="explorer-result explorer-error">') and named in text
+    assert shown(lambda: "<p>fine</p>") == "<p>fine</p>"
 
 
 def test_token_path_and_layer_text():

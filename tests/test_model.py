@@ -6,7 +6,7 @@ import torch
 import transformers
 
 from albert_edu import (PRESETS, AlbertConfig, AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel,
-                        count_parameters, pretraining_head_parameters)
+                        count_parameters, pretraining_head_parameters, to_transformers_config)
 
 transformers.utils.logging.disable_progress_bar()
 
@@ -21,9 +21,9 @@ SHAPES = {  # name: (vocab, E, H, L, groups, heads, F)
 def transformers_model(shape, seed: int) -> transformers.AlbertForPreTraining:
     V, E, H, L, G, A, F = shape
     torch.manual_seed(seed)
-    model = transformers.AlbertForPreTraining(transformers.AlbertConfig(
+    model = transformers.AlbertForPreTraining(to_transformers_config(AlbertConfig(
         vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, num_hidden_groups=G,
-        num_attention_heads=A, intermediate_size=F, max_position_embeddings=64)).eval()
+        num_attention_heads=A, intermediate_size=F, max_position_embeddings=64))).eval()
     with torch.no_grad():  # move every weight off its initial value: no LayerNorm exactly 1, no bias exactly 0
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -98,7 +98,9 @@ def test_mlm_logits_with_labels_are_the_full_logits_at_labelled_positions():
     labels[0, 3], labels[1, 0], labels[1, 11] = 9, 10, 11
     with torch.no_grad():
         full = model(ids).prediction_logits
-        compact = model(ids, labels=labels).prediction_logits
+        with_labels = model(ids, labels=labels)
+        compact = with_labels.masked_lm_logits
+    assert full.shape == (2, 12, 500) and with_labels.prediction_logits is None  # never another shape
     assert compact.shape == (3, 500)
     assert torch.allclose(compact, full[labels != -100], atol=1e-6)
 
@@ -172,6 +174,11 @@ def test_padding_does_not_change_real_positions():
     (dict(input_ids=torch.zeros(1, 4, dtype=torch.long), labels=torch.full((1, 4), 100)), "labels contains 100"),
     (dict(input_ids=torch.zeros(1, 4, dtype=torch.long), labels=torch.zeros(1, 3, dtype=torch.long)), "labels has shape"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), sentence_order_label=torch.tensor([0, 2])), "sentence_order_label contains 2"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), token_type_ids=torch.full((2, 4), -1)), "token_type_ids contains -1"),
+    (dict(input_ids=torch.zeros(0, 4, dtype=torch.long)), "input_ids has shape \\(0, 4\\): expected at least one sequence"),
+    (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), "input_ids has shape \\(2, 0\\): expected at least one sequence"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])),
+     "attention_mask row 1 is all zeros"),
 ])
 def test_bad_inputs_raise_value_errors_naming_the_value(kwargs, message):
     model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=100))

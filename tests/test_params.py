@@ -8,18 +8,15 @@ import torch
 import transformers
 from torch import nn
 
-from albert_edu import AlbertConfig, budget_summary, count_parameters, parameter_breakdown, pretraining_head_parameters
+from albert_edu import (AlbertConfig, budget_summary, count_parameters, parameter_breakdown, pretraining_head_parameters,
+                        to_transformers_config)
 
 ALBERT_PRESETS = ["albert-base", "albert-large", "albert-xlarge", "albert-xxlarge", "tiny"]
 
 
 def transformers_albert(c: AlbertConfig) -> nn.Module:
     """transformers' AlbertModel with c's geometry (it always has an E -> H map)."""
-    return transformers.AlbertModel(transformers.AlbertConfig(
-        vocab_size=c.vocab_size, embedding_size=c.embedding_size, hidden_size=c.hidden_size,
-        num_hidden_layers=c.num_hidden_layers, num_hidden_groups=c.num_hidden_groups,
-        num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
-        max_position_embeddings=c.max_position_embeddings, type_vocab_size=c.type_vocab_size))
+    return transformers.AlbertModel(to_transformers_config(c))
 
 
 def numel(module: nn.Module) -> int:
@@ -55,10 +52,7 @@ def test_bert_presets_equal_transformers_bert_model_with_pooler(name):
 def test_pretraining_heads_equal_transformers_albert_for_pretraining():
     c = AlbertConfig.from_preset("albert-base")
     with torch.device("meta"):
-        model = transformers.AlbertForPreTraining(transformers.AlbertConfig(
-            vocab_size=c.vocab_size, embedding_size=c.embedding_size, hidden_size=c.hidden_size,
-            num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
-            intermediate_size=c.intermediate_size))
+        model = transformers.AlbertForPreTraining(to_transformers_config(c))
     assert count_parameters(c) + pretraining_head_parameters(c) == numel(model)
 
 

@@ -146,7 +146,7 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--preset", "albert-huge"], "unknown preset 'albert-huge'"),
+    (["--preset", "albert-huge"], "argument --preset: invalid choice: 'albert-huge'"),
     (["--batch-size", "7", "--accumulation", "2"], "batch_size=7 must be a multiple"),
     (["--steps", "0"], "steps=0: expected a positive integer"),
 ])
@@ -228,3 +228,57 @@ def test_evaluate_counts_correct_predictions(tmp_path):
         expected = (model(**batch).sop_logits.argmax(-1) == pairs).float().mean().item()
     assert scores["nsp_accuracy"] == pytest.approx(expected)
     assert scores["nsp_majority"] == pytest.approx(max(pairs.float().mean().item(), 1 - pairs.float().mean().item()))
+
+
+def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    import albert_edu.training as training
+
+    config = TrainingConfig(**SMALL, save_every=2)
+    pretrain(TINY, config, tmp_path / "run", stop_after=2, progress=False)  # checkpoint of step 2
+    saved = training.save_file
+
+    def full_disk(tensors, path, **kwargs):
+        saved(tensors, path, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(training, "save_file", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
+    monkeypatch.undo()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text() == "step-0000002"
+    result = pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # resumes from step 2
+    assert result["step"] == 6
+
+
+def test_the_log_file_is_closed_when_a_run_stops(tmp_path, monkeypatch):
+    import albert_edu.training as training
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "train_step", interrupted)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(real_open(*a, **k)) or opened[-1])
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(TINY, TrainingConfig(**SMALL), tmp_path / "run", progress=False)
+    logs = [f for f in opened if str(f.name).endswith("log.jsonl")]
+    assert logs and all(f.closed for f in logs)
+
+
+def test_cli_reports_an_out_directory_that_cannot_be_made(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "file" / "run")], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and "file/run" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag, value, changed", [("--lr", "0.003", "training.lr"),
+                                                  ("--objective", "nsp", "training.objective"),
+                                                  ("--max-seq-len", "32", "training.max_seq_len")])
+def test_cli_resume_with_other_settings_is_refused_naming_them(flag, value, changed, tmp_path):
+    run = ["--out", str(tmp_path / "run"), "--save-every", "2"]
+    subprocess.run(COMMAND + run + ["--steps", "2"], check=True, capture_output=True)
+    result = subprocess.run(COMMAND + run + ["--steps", "2", "--resume", flag, value], capture_output=True, text=True)
+    assert result.returncode == 1 and "was started with different settings" in result.stderr and changed in result.stderr
