@@ -97,6 +97,8 @@ def config_to_json(c: AlbertConfig, architecture: str, extra: dict) -> dict:
 
 def config_from_json(data: dict, path: Path) -> AlbertConfig:
     """Read our config.json or transformers'; unknown transformers keys are ignored, unsupported ones refused."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}; expected an object of ALBERT's fields")
     missing = [key for key in GEOMETRY if key not in data]
     if missing:
         raise ValueError(f"{path} lacks {missing}; expected an ALBERT config.json")
@@ -130,6 +132,9 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
         raise ValueError(f"sharing={c.sharing!r} cannot be expressed in transformers' ALBERT format, which shares "
                          f"whole layers only; save with layout='ours' (or 'auto', which chooses it)")
     as_transformers = layout == "transformers" or layout == "auto" and transformers_expressible(c)
+    if layout == "auto" and not as_transformers:
+        warnings.warn(f"sharing={c.sharing!r} cannot be expressed in transformers' layout: {path} gets albert_edu's "
+                      f"own tensor names, which albert_edu loads and transformers does not")
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if as_transformers:
         state = to_transformers_names(state, c)

@@ -25,6 +25,8 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> None:
     """Raise ValueError naming the value when an input cannot be embedded by a model of config `c`."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise ValueError(f"input_ids must be a (batch, length) integer tensor; got a {type(input_ids).__name__}")
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must be a (batch, length) integer tensor; got shape "
                          f"{tuple(input_ids.shape)} and dtype {input_ids.dtype}")
@@ -39,6 +41,8 @@ def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch
             continue
         if ids.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(ids.shape)}; expected {tuple(input_ids.shape)} like input_ids")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"{name} has dtype {ids.dtype}; expected an integer tensor")
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= size:
             bad = low if low < 0 else high

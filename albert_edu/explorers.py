@@ -16,6 +16,8 @@ import html
 import random
 from pathlib import Path
 
+from albert_edu.notebook import COLORS
+
 
 def shown(render) -> str:
     """What an explorer displays: the HTML that render() returns, or, when the controls hold a value the
@@ -41,13 +43,15 @@ def budget_text(vocab_size: int, embedding_size: int, hidden_size: int, num_hidd
 def parameter_explorer():
     import ipywidgets as widgets
 
+    from albert_edu.config import SHARING_MODES
+
     controls = dict(
         vocab_size=widgets.IntSlider(30000, min=1000, max=250000, step=1000, description="V"),
         embedding_size=widgets.Dropdown(options=[32, 64, 128, 256, 512, 768, 1024, 2048, 4096], value=128,
                                         description="E"),
         hidden_size=widgets.IntSlider(768, min=64, max=4096, step=64, description="H"),
         num_hidden_layers=widgets.IntSlider(12, min=1, max=48, description="L"),
-        sharing=widgets.Dropdown(options=["all", "attention", "ffn", "none"], value="all", description="sharing"),
+        sharing=widgets.Dropdown(options=SHARING_MODES, value="all", description="sharing"),
         num_hidden_groups=widgets.IntSlider(1, min=1, max=48, description="G"),
     )
     result = widgets.HTML()
@@ -80,6 +84,8 @@ def pair_view(documents, tokenizer, document: int, objective: str, seed: int, ma
     rng = random.Random(seed)
     order = [documents[document]] + documents[:document] + documents[document + 1:]
     tokenized = [tokenizer.encode_batch(d.sentences) for d in order]
+    if not any(tokenized[0]):  # segment_pairs would skip it and show another document's pair under its title
+        raise ValueError(f"document={document} ({order[0].title!r}) has no text: expected a document with words")
     a, b, label = next(segment_pairs(tokenized, objective, max_seq_len, rng))
     ids, types = tokenizer.encode_pair(a, b)
     masked, positions, originals = mask_ngrams(ids, tokenizer, rng)
@@ -96,7 +102,7 @@ def pair_html(view: dict) -> str:
     for i, (piece, segment) in enumerate(zip(view["pieces"], view["segments"])):
         style = "background:#eef" if segment else ""
         if i in view["predict"]:
-            style += ";outline:2px solid #C44E52"
+            style += f";outline:2px solid {COLORS['ffn']}"
             out.append(f'<span style="{style}" title="{html.escape(view["predict"][i])}">{html.escape(piece)}</span>')
         else:
             out.append(f'<span style="{style}">{html.escape(piece)}</span>')
@@ -108,13 +114,15 @@ def pair_html(view: dict) -> str:
 def masking_explorer(split: str = "validation"):
     import ipywidgets as widgets
 
+    from albert_edu.pretraining_data import OBJECTIVES
+
     from albert_edu.corpus import load_documents
     from albert_edu.tokenizer import Tokenizer
 
     documents, tokenizer = load_documents(split), Tokenizer.load()
     titles = [(f"{i}: {d.title}", i) for i, d in enumerate(documents)]
     controls = dict(document=widgets.Dropdown(options=titles, value=0, description="document"),
-                    objective=widgets.Dropdown(options=["sop", "nsp", "none"], value="sop", description="objective"),
+                    objective=widgets.Dropdown(options=OBJECTIVES, value="sop", description="objective"),
                     seed=widgets.BoundedIntText(0, min=0, max=10**6, description="seed"))
     result = widgets.HTML()
 
@@ -235,8 +243,8 @@ def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float
     layers = range(1, len(curves["l2"]) + 1)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
     for ax, key, label in zip(axes, ("l2", "angle"), ("L2 distance", "angle (degrees)")):
-        ax.plot(layers, curves[key], "o-", color="#DA8BC3", label="all tokens (mean)")
-        ax.plot(layers, path[key], "s--", color="#4C72B0", label=f"token {piece!r}")
+        ax.plot(layers, curves[key], "o-", color=COLORS["ALBERT"], label="all tokens (mean)")
+        ax.plot(layers, path[key], "s--", color=COLORS["embeddings"], label=f"token {piece!r}")
         ax.axvline(layer, color="k", linewidth=0.8)
         ax.set_xlabel("layer")
         ax.set_title(f"{label}: a layer's input vs output")

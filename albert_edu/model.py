@@ -90,6 +90,8 @@ class AlbertModel(AlbertPreTrainedModel):
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
                              f"expected {tuple(input_ids.shape)} like input_ids")
+        if attention_mask is not None and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask holds values other than 0 and 1: expected 1 for a token, 0 for padding")
         if attention_mask is not None and not bool(attention_mask.bool().any(-1).all()):
             row = int((~attention_mask.bool().any(-1)).nonzero()[0])
             raise ValueError(f"attention_mask row {row} is all zeros: expected at least one position to attend to "

@@ -49,8 +49,11 @@ class TrainingConfig:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a positive integer")
         if self.max_seq_len < 5:
             raise ValueError(f"max_seq_len={self.max_seq_len}: expected at least 5")
-        if not self.lr > 0 or self.warmup_steps < 0 or self.save_every < 0 or self.eval_every < 0:
-            raise ValueError("lr must be positive; warmup_steps, save_every and eval_every non-negative")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr}: expected a positive learning rate")
+        for name in ("warmup_steps", "save_every", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)}: expected a non-negative integer (0: never)")
 
 
 class ExampleStream:
@@ -255,6 +258,9 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
                          f"or choose a new directory")
     if model_config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"vocab_size={model_config.vocab_size} differs from the tokenizer's {tokenizer.vocab_size}")
+    if config.max_seq_len > model_config.max_position_embeddings:
+        raise ValueError(f"max_seq_len={config.max_seq_len} exceeds the model's max_position_embeddings="
+                         f"{model_config.max_position_embeddings}")
     torch.manual_seed(config.seed)
     model = AlbertForPreTraining(model_config)
     optimizer = Lamb(parameter_groups(model, config.weight_decay), lr=config.lr)

@@ -35,6 +35,19 @@ def test_saved_tensors_have_transformers_names_and_no_tied_duplicates(tmp_path):
     assert names == expected
 
 
+def test_a_config_json_that_is_not_an_object_is_refused(tmp_path):
+    AlbertModel(TINY).save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text("null")
+    with pytest.raises(ValueError, match="config.json holds a JSON NoneType; expected an object"):
+        AlbertModel.from_pretrained(tmp_path)
+
+
+def test_saving_in_our_own_layout_by_default_says_so(tmp_path):
+    model = AlbertModel(AlbertConfig(**{**TINY.to_dict(), "sharing": "ffn"}))
+    with pytest.warns(UserWarning, match="sharing='ffn' cannot be expressed in transformers' layout"):
+        model.save_pretrained(tmp_path)
+
+
 def test_shared_attention_cannot_be_saved_for_transformers(tmp_path):
     model = AlbertModel(AlbertConfig(**{**TINY.to_dict(), "sharing": "attention"}))
     with pytest.raises(ValueError, match="sharing='attention' cannot be expressed in transformers' ALBERT format"):

@@ -99,3 +99,31 @@ def test_errors_are_clear(tmp_path):
     assert result.returncode != 0 and "chapter '42' has no exercises or does not exist" in result.stderr
     with pytest.raises(ClassroomError, match="no submissions in"):
         autograde(tmp_path)
+
+
+def test_a_bad_submission_scores_zero_with_a_reason_and_a_loop_is_stopped_at_the_time_limit(tmp_path):
+    root = tmp_path / "course"
+    build(root, ["01"])
+    source = root / "source" / "ch01" / "01_parameter_budget.ipynb"
+    notebook = json.loads(source.read_text())
+    first_code = next(i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "code")
+    submissions = {
+        "teacher": source.read_text(),
+        "garbled": "this is not JSON {",
+        "looping": json.dumps({**notebook, "cells": notebook["cells"][:first_code + 1] + [
+            {**notebook["cells"][first_code], "id": "loop", "source": "while True:\n    pass\n"}]
+            + notebook["cells"][first_code + 1:]}),
+    }
+    for student, text in submissions.items():
+        (root / "submitted" / student / "ch01").mkdir(parents=True)
+        (root / "submitted" / student / "ch01" / source.name).write_text(text)
+    scores = autograde(root, time_limit_s=20)
+    full = scores[("teacher", "ch01")]
+    assert full["max_code"] > 0 and full["code"] == full["max_code"] and "error" not in full
+    garbled = scores[("garbled", "ch01")]
+    assert garbled["code"] == 0 and garbled["max_code"] == full["max_code"]
+    assert "01_parameter_budget.ipynb is not a notebook" in garbled["error"]
+    assert "error" not in scores[("looping", "ch01")]  # the loop was stopped after 20 s, the rest was graded
+    graded = json.loads((root / "autograded" / "looping" / "ch01" / source.name).read_text())
+    loop = next(c for c in graded["cells"] if c.get("id") == "loop")
+    assert "CellTimeoutError" in [o["ename"] for o in loop["outputs"] if o["output_type"] == "error"]

@@ -49,6 +49,9 @@ def test_pair_view_rejects_bad_choices(corpus):
         pair_view(documents, tokenizer, 0, "mlm", 0)
     with pytest.raises(ValueError, match="seed=-1: expected a non-negative integer"):
         pair_view(documents, tokenizer, 0, "sop", -1)
+    empty = type(documents[0])(id="x", title="EMPTY", source="x", sentences=["", ""])
+    with pytest.raises(ValueError, match="document=0 \\('EMPTY'\\) has no text"):
+        pair_view([empty, *documents], tokenizer, 0, "sop", 0)
 
 
 @pytest.mark.parametrize("render, named", [

@@ -179,6 +179,13 @@ def test_padding_does_not_change_real_positions():
     (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), "input_ids has shape \\(2, 0\\): expected at least one sequence"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])),
      "attention_mask row 1 is all zeros"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 2, 0], [1, 1, 1, 1]])),
+     "attention_mask holds values other than 0 and 1"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.full((2, 4), 0.3)),
+     "attention_mask holds values other than 0 and 1"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), token_type_ids=torch.zeros(2, 4)),
+     "token_type_ids has dtype torch.float32; expected an integer tensor"),
+    (dict(input_ids=[[2, 5, 3]]), "input_ids must be a \\(batch, length\\) integer tensor; got a list"),
 ])
 def test_bad_inputs_raise_value_errors_naming_the_value(kwargs, message):
     model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=100))

@@ -149,11 +149,15 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
     (["--preset", "albert-huge"], "argument --preset: invalid choice: 'albert-huge'"),
     (["--batch-size", "7", "--accumulation", "2"], "batch_size=7 must be a multiple"),
     (["--steps", "0"], "steps=0: expected a positive integer"),
+    (["--lr", "-1"], "lr=-1.0: expected a positive learning rate"),
+    (["--eval-every", "-2"], "eval_every=-2: expected a non-negative integer"),
+    (["--max-seq-len", "600"], "max_seq_len=600 exceeds the model's max_position_embeddings=512"),
 ])
 def test_cli_rejects_bad_settings_with_a_clear_error(arguments, message, tmp_path):
     # argparse keeps the last value of a repeated option, so appending overrides COMMAND's settings
     result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), *arguments], capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr
+    assert not (tmp_path / "run").exists()  # nothing half-written that would block a corrected retry
 
 
 def test_cli_refuses_a_non_empty_out_without_resume(tmp_path):

@@ -16,6 +16,7 @@ table of scores per student and assignment. Hidden tests are put back from the s
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -69,15 +70,23 @@ def _select(chapters: list[str] | None) -> list[str]:
     return chosen
 
 
-def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run one nbgrader command in the course directory, in the book's kernel environment."""
-    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course,
-                            env={**os.environ, **kernel_env(load_book()),  # nbgrader calls alembic from PATH
-                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ClassroomError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    return result
+def nbgrader(course: Path, *args: str, time_limit_s: float | None = None) -> subprocess.CompletedProcess:
+    """Run one nbgrader command in the course directory, in the book's kernel environment. A command still running
+    after time_limit_s is stopped with the kernels it started (they share its process group)."""
+    command = [sys.executable, "-m", "nbgrader", *args]
+    env = {**os.environ, **kernel_env(load_book()),  # nbgrader calls alembic from PATH
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with subprocess.Popen(command, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=time_limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise ClassroomError(f"nbgrader {' '.join(args)} ran past its time limit of {time_limit_s:g} s") from None
+    if process.returncode != 0:
+        raise ClassroomError(f"nbgrader {' '.join(args)} failed (exit {process.returncode}):\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[str, Path]:
@@ -101,26 +110,64 @@ def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[
     return released
 
 
-def autograde(course: Path = COURSE_DIR) -> dict[tuple[str, str], dict[str, float]]:
+def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None) -> dict[tuple[str, str], dict]:
     """Grade every submission in course/submitted. Returns {(student, assignment): scores}: the points of the
     code tests ("code", out of "max_code") and the points of written answers, which a teacher grades by hand
-    in nbgrader's formgrader ("max_written")."""
+    in nbgrader's formgrader ("max_written"). A submission that cannot be graded (not a notebook, cells
+    deleted, a cell running past time_limit_s, which defaults to book.toml's cell_timeout_s) scores 0, with the
+    reason under "error"; the other submissions are graded all the same."""
     course = Path(course).resolve()
     submitted = sorted((course / "submitted").glob("*/ch*"))
     if not submitted:
         raise ClassroomError(f"no submissions in {course / 'submitted'}: expected "
-                                f"submitted/<student>/<assignment>/<notebook>.ipynb")
+                             f"submitted/<student>/<assignment>/<notebook>.ipynb")
+    limit = time_limit_s or load_book().cell_timeout_s
+    failed = {}
     for folder in submitted:
-        nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force")
-    return read_scores(course)
+        try:
+            cells = _check_notebooks(folder)
+            nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force",
+                     f"--Execute.timeout={int(limit)}", time_limit_s=limit * (cells + 1))
+        except ClassroomError as error:
+            failed[(folder.parent.name, folder.name)] = str(error).splitlines()[0]
+    scores = read_scores(course, skip=set(failed))
+    for (student, assignment), reason in failed.items():
+        code, written = assignment_points(course, assignment)
+        scores[(student, assignment)] = {"code": 0, "max_code": code, "max_written": written, "error": reason}
+    return scores
 
 
-def read_scores(course: Path = COURSE_DIR) -> dict[tuple[str, str], dict[str, float]]:
-    """The gradebook's scores of every submission in course/submitted (see autograde)."""
+def _check_notebooks(folder: Path) -> int:
+    """The number of cells of the submitted notebooks; a file that is not a notebook is a ClassroomError."""
+    cells = 0
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            cells += len(json.loads(path.read_text(encoding="utf-8"))["cells"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise ClassroomError(f"{path.name} is not a notebook ({type(error).__name__}: {error})") from None
+    return cells
+
+
+def assignment_points(course: Path, assignment: str) -> tuple[float, float]:
+    """The points of an assignment's code tests and written answers, from its source notebooks."""
+    code = written = 0.0
+    for path in (Path(course) / "source" / assignment).glob("*.ipynb"):
+        for cell in _cells(path):
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade"):
+                if cell["cell_type"] == "code":
+                    code += meta.get("points", 0)
+                else:
+                    written += meta.get("points", 0)
+    return code, written
+
+
+def read_scores(course: Path = COURSE_DIR, skip: set = frozenset()) -> dict[tuple[str, str], dict[str, float]]:
+    """The gradebook's scores of every submission in course/submitted (see autograde), but those in `skip`."""
     from nbgrader.api import Gradebook
 
     course = Path(course).resolve()
-    submitted = sorted((course / "submitted").glob("*/ch*"))
+    submitted = [f for f in sorted((course / "submitted").glob("*/ch*")) if (f.parent.name, f.name) not in skip]
     scores = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for folder in submitted:
@@ -146,3 +193,6 @@ def print_scores(scores: dict[tuple[str, str], dict[str, float]]) -> None:
     if any(written.values()):
         print("written answers to grade by hand (points): " +
               ", ".join(f"{a} {p:g}" for a, p in written.items() if p))
+    for (student, assignment), s in sorted(scores.items()):
+        if "error" in s:
+            print(f"{student} {assignment}: scored 0 because {s['error']}")

@@ -197,6 +197,8 @@ def configure_classroom(p: argparse.ArgumentParser) -> None:
     build = actions.add_parser("build", help="lay out the course and generate the student versions")
     build.add_argument("chapters", nargs="*", help="chapter numbers, e.g. 01 07 (default: every chapter with exercises)")
     autograde = actions.add_parser("autograde", help="grade COURSE/submitted/<student>/<assignment>/ and print the scores")
+    autograde.add_argument("--time-limit", type=float, metavar="SECONDS",
+                           help="longest a cell of a submission may run (default: book.toml's cell_timeout_s)")
     for q in (build, autograde):
         q.add_argument("--course", type=Path, default=COURSE_DIR, help="course directory (default: _build/classroom)")
 
@@ -208,7 +210,9 @@ def classroom(args) -> None:
         for name, path in classroom.build(args.course, args.chapters).items():
             print(f"{name}: student version {path}")
     else:
-        classroom.print_scores(classroom.autograde(args.course))
+        if args.time_limit is not None and args.time_limit <= 0:
+            raise CommandError(f"--time-limit {args.time_limit:g}: expected a positive number of seconds")
+        classroom.print_scores(classroom.autograde(args.course, args.time_limit))
 
 
 def configure_book(p: argparse.ArgumentParser) -> None:
