@@ -61,6 +61,7 @@ _HOME = {
     'AlbertOutput': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertPreTrainedModel': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertModel': 'model',  # 05_sharing_across_layers.ipynb
+    'allowed_positions': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertMLMHead': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertSOPHead': 'model',  # 05_sharing_across_layers.ipynb
     'check_labels': 'model',  # 05_sharing_across_layers.ipynb

@@ -133,8 +133,8 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
                          f"whole layers only; save with layout='ours' (or 'auto', which chooses it)")
     as_transformers = layout == "transformers" or layout == "auto" and transformers_expressible(c)
     if layout == "auto" and not as_transformers:
-        warnings.warn(f"sharing={c.sharing!r} cannot be expressed in transformers' layout: {path} gets albert_edu's "
-                      f"own tensor names, which albert_edu loads and transformers does not")
+        warnings.warn(f"sharing={c.sharing!r} cannot be expressed in transformers' layout: saved with albert_edu's "
+                      f"own tensor names, which albert_edu loads and transformers does not", stacklevel=3)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if as_transformers:
         state = to_transformers_names(state, c)

@@ -22,7 +22,8 @@ import mwparserfromhell
 import albert_edu
 
 # The data live in data/ beside the package (the repository's), or wherever ALBERT_EDU_DATA points.
-DATA_DIR = Path(os.environ.get("ALBERT_EDU_DATA") or Path(albert_edu.__file__).resolve().parent.parent / "data")
+DATA_DIR = Path(os.environ.get("ALBERT_EDU_DATA")
+                or Path(albert_edu.__file__).parent.parent / "data").expanduser().resolve()
 GENSIM_WHEEL = "gensim==4.4.0"
 # The files we take from the wheel and their sha256. Wheels differ per platform; these members do not.
 MEMBERS = {

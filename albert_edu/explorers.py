@@ -9,7 +9,7 @@ Each explorer runs in JupyterLab (the chapters call them) or as a small web app 
 `albert-edu explore` (`make explore`; see albert_edu.tools.explore).
 
 Like albert_edu.notebook, this is interface code rather than a lesson, so it is a plain module. It imports
-the chapters' modules inside functions, so importing it is cheap.
+the chapters' modules (and torch) inside functions, so importing it costs little more than numpy.
 """
 
 import html

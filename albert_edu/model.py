@@ -87,21 +87,29 @@ class AlbertModel(AlbertPreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False) -> AlbertOutput:
-        if attention_mask is not None and attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
-                             f"expected {tuple(input_ids.shape)} like input_ids")
-        if attention_mask is not None and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-            raise ValueError("attention_mask holds values other than 0 and 1: expected 1 for a token, 0 for padding")
-        if attention_mask is not None and not bool(attention_mask.bool().any(-1).all()):
-            row = int((~attention_mask.bool().any(-1)).nonzero()[0])
-            raise ValueError(f"attention_mask row {row} is all zeros: expected at least one position to attend to "
-                             f"(a row of padding only has no output)")
-        allowed = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            allowed = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
-        x = self.embeddings(input_ids, token_type_ids)
-        x, hidden_states = self.encoder(x, allowed, output_hidden_states)
+        x = self.embeddings(input_ids, token_type_ids)  # checks input_ids and token_type_ids first
+        x, hidden_states = self.encoder(x, allowed_positions(attention_mask, input_ids.shape), output_hidden_states)
         return AlbertOutput(x, torch.tanh(self.pooler(x[:, 0])), hidden_states)
+
+
+def allowed_positions(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """The mask of 1s (tokens) and 0s (padding) as the boolean (B, 1, 1, T) that attention takes, or None when
+    every position may be attended to (PyTorch's fastest kernel). One read of the mask checks all three rules."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != shape:
+        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+        raise ValueError(f"attention_mask is {got}; expected a tensor of shape {tuple(shape)} like input_ids")
+    allowed = attention_mask.bool()
+    zeros_and_ones, no_empty_row, all_allowed = torch.stack(
+        [(attention_mask == allowed).all(), allowed.any(-1).all(), allowed.all()]).tolist()
+    if not zeros_and_ones:
+        raise ValueError("attention_mask holds values other than 0 and 1: expected 1 for a token, 0 for padding")
+    if not no_empty_row:
+        row = int((~allowed.any(-1)).nonzero()[0])
+        raise ValueError(f"attention_mask row {row} is all zeros: expected at least one position to attend to "
+                         f"(a row of padding only has no output)")
+    return None if all_allowed else allowed[:, None, None, :]  # (B, 1, 1, T)
 
 
 class AlbertMLMHead(nn.Module):
@@ -231,4 +239,4 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         return ClassificationOutput(logits, loss, out.hidden_states)
 
 
-__all__ = ['AlbertEncoder', 'AlbertOutput', 'AlbertPreTrainedModel', 'AlbertModel', 'AlbertMLMHead', 'AlbertSOPHead', 'check_labels', 'PreTrainingOutput', 'AlbertForPreTraining', 'ClassificationOutput', 'AlbertForSequenceClassification']
+__all__ = ['AlbertEncoder', 'AlbertOutput', 'AlbertPreTrainedModel', 'AlbertModel', 'allowed_positions', 'AlbertMLMHead', 'AlbertSOPHead', 'check_labels', 'PreTrainingOutput', 'AlbertForPreTraining', 'ClassificationOutput', 'AlbertForSequenceClassification']

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
+from albert_edu.checkpoint import transformers_expressible
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
@@ -99,7 +100,7 @@ def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleS
     root = out_dir / "checkpoints"
     final, tmp = root / f"step-{step:07d}", root / f"step-{step:07d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, layout=_layout(model.config))
     moments = {f"{i}.{name}": state[name] for i, p in enumerate(_parameters(optimizer))
                for state in [optimizer.state.get(p, {})] for name in ("m", "v") if name in state}
     save_file({**moments, "torch_rng_state": torch.get_rng_state()}, tmp / "optimizer.safetensors")
@@ -331,10 +332,15 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
             bar.set_postfix(loss=record["loss"], tokens_per_s=record["tokens_per_s"])
     if writer and run.step == config.steps:
         metrics = metrics or evaluate(run.model, validation)  # a resumed run that was already complete
-        run.model.save_pretrained(out_dir)
+        run.model.save_pretrained(out_dir, layout=_layout(run.model.config))
     if run.world > 1:
         dist.barrier()
     return {"step": run.step, "loss": None if result is None else result["loss"], **metrics}
+
+
+def _layout(config: AlbertConfig) -> str:
+    """transformers' tensor names when they can express the model, ours otherwise (chosen, so no warning)."""
+    return "transformers" if transformers_expressible(config) else "ours"
 
 
 def _write_line(log, record: dict) -> None:

@@ -167,7 +167,7 @@ def test_padding_does_not_change_real_positions():
     (dict(input_ids=torch.tensor([[2, 100, 3]])), "input_ids contains 100, outside \\[0, 100\\)"),
     (dict(input_ids=torch.tensor([[2, -1, 3]])), "input_ids contains -1"),
     (dict(input_ids=torch.zeros(1, 513, dtype=torch.long)), "sequence length 513 exceeds max_position_embeddings=512"),
-    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.ones(2, 5)), "attention_mask has shape \\(2, 5\\)"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=torch.ones(2, 5)), "attention_mask is \\(2, 5\\); expected a tensor of shape \\(2, 4\\)"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), token_type_ids=torch.full((2, 4), 2)), "token_type_ids contains 2"),
     (dict(input_ids=torch.zeros(4, dtype=torch.long)), "input_ids must be a \\(batch, length\\) integer tensor"),
     (dict(input_ids=torch.zeros(1, 4)), "integer tensor"),

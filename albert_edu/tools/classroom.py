@@ -1,7 +1,7 @@
 """Graded assignments from the chapters, with nbgrader.
 
     albert-edu classroom build [--course DIR] [CHAPTER ...]
-    albert-edu classroom autograde [--course DIR]
+    albert-edu classroom autograde [--course DIR] [--time-limit SECONDS]
 
 `build` lays out an nbgrader course (default `_build/classroom`): one assignment per chapter that has
 exercises, named `chNN`, with the chapter as its source (`source/chNN/NN_slug.ipynb`, solutions and hidden
@@ -14,6 +14,7 @@ table of scores per student and assignment. Hidden tests are put back from the s
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from albert_edu.tools.manifest import BUILD, CHAPTERS, kernel_env, load_book
 
 COURSE_DIR = BUILD / "classroom"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
 
 class ClassroomError(Exception):
     """A course that cannot be built or graded as asked; the message says what was expected."""
@@ -72,7 +74,8 @@ def _select(chapters: list[str] | None) -> list[str]:
 
 def nbgrader(course: Path, *args: str, time_limit_s: float | None = None) -> subprocess.CompletedProcess:
     """Run one nbgrader command in the course directory, in the book's kernel environment. A command still running
-    after time_limit_s is stopped with the kernels it started (they share its process group)."""
+    after time_limit_s is killed with its process group; a kernel it started (in a session of its own) notices
+    that its parent is gone and exits."""
     command = [sys.executable, "-m", "nbgrader", *args]
     env = {**os.environ, **kernel_env(load_book()),  # nbgrader calls alembic from PATH
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -82,7 +85,10 @@ def nbgrader(course: Path, *args: str, time_limit_s: float | None = None) -> sub
             stdout, stderr = process.communicate(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            try:
+                process.communicate(timeout=30)  # a kernel may still hold the pipes for a moment
+            except subprocess.TimeoutExpired:
+                pass
             raise ClassroomError(f"nbgrader {' '.join(args)} ran past its time limit of {time_limit_s:g} s") from None
     if process.returncode != 0:
         raise ClassroomError(f"nbgrader {' '.join(args)} failed (exit {process.returncode}):\n{stderr[-3000:]}")
@@ -113,9 +119,10 @@ def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[
 def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None) -> dict[tuple[str, str], dict]:
     """Grade every submission in course/submitted. Returns {(student, assignment): scores}: the points of the
     code tests ("code", out of "max_code") and the points of written answers, which a teacher grades by hand
-    in nbgrader's formgrader ("max_written"). A submission that cannot be graded (not a notebook, cells
-    deleted, a cell running past time_limit_s, which defaults to book.toml's cell_timeout_s) scores 0, with the
-    reason under "error"; the other submissions are graded all the same."""
+    in nbgrader's formgrader ("max_written"). A cell that runs longer than time_limit_s (default: book.toml's
+    cell_timeout_s) is interrupted and the rest of the notebook graded. A submission that cannot be graded (not a
+    notebook, refused by nbgrader, or still running after (cells + 1) x time_limit_s) scores 0, with the reason
+    under "error"; the other submissions are graded all the same."""
     course = Path(course).resolve()
     submitted = sorted((course / "submitted").glob("*/ch*"))
     if not submitted:
@@ -127,9 +134,10 @@ def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None) -> d
         try:
             cells = _check_notebooks(folder)
             nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force",
-                     f"--Execute.timeout={int(limit)}", time_limit_s=limit * (cells + 1))
+                     f"--Execute.timeout={max(1, math.ceil(limit))}", time_limit_s=limit * (cells + 1))
         except ClassroomError as error:
-            failed[(folder.parent.name, folder.name)] = str(error).splitlines()[0]
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            failed[(folder.parent.name, folder.name)] = " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)
     scores = read_scores(course, skip=set(failed))
     for (student, assignment), reason in failed.items():
         code, written = assignment_points(course, assignment)

@@ -3,8 +3,8 @@
 A dispatcher only: each command calls functions that a chapter defines and explains, or the book's toolbox.
 A command's options are built when that command is chosen, so `albert-edu book export` never imports the
 chapters' modules (it must work while a chapter's exported code is broken) and `albert-edu --help` is quick.
-Errors are one line on stderr, `error: ...`, with exit status 1 (2 for a malformed command line, 130 after
-Ctrl-C); the exit status is 0 only on success.
+An error is a message on stderr that starts with `error: ` and names the value and what was expected, with exit
+status 1 (2 for a malformed command line, 130 after Ctrl-C); the exit status is 0 only on success.
 """
 
 import argparse
