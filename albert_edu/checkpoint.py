@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from albert_edu.config import AlbertConfig
+from albert_edu.config import TRANSFORMERS_SHARING, AlbertConfig, transformers_groups
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 GEOMETRY = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -35,8 +35,8 @@ TIED = {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight"
 
 
 def transformers_expressible(c: AlbertConfig) -> bool:
-    """transformers' ALBERT shares whole layers in groups: sharing "all", or "none" as one group per layer."""
-    return c.sharing in ("all", "none")
+    """Can transformers' ALBERT, which shares whole layers in groups, hold this model? (chapter 1)"""
+    return c.sharing in TRANSFORMERS_SHARING
 
 
 def _rename(name: str, patterns: list[tuple[str, str]]) -> str:
@@ -90,8 +90,7 @@ def config_to_json(c: AlbertConfig, architecture: str, extra: dict) -> dict:
     """Our fields plus what transformers needs to rebuild the same model."""
     data = {"model_type": "albert", "architectures": [architecture], **c.to_dict(), **extra,
             "inner_group_num": 1, "tie_word_embeddings": True}
-    if c.sharing == "none":
-        data["num_hidden_groups"] = c.num_hidden_layers  # transformers' way of sharing nothing
+    data["num_hidden_groups"] = transformers_groups(c)  # "none" is written as one group per layer
     return data
 
 

@@ -123,17 +123,24 @@ PRESETS = {
 }
 
 
+# transformers' ALBERT shares whole layers in groups, so it can express "all" and, as one group per layer, "none".
+TRANSFORMERS_SHARING = ("all", "none")
+
+
+def transformers_groups(c: AlbertConfig) -> int:
+    """num_hidden_groups in transformers' terms: sharing nothing is one group per layer."""
+    return c.num_hidden_layers if c.sharing == "none" else c.num_hidden_groups
+
+
 def to_transformers_config(c: AlbertConfig, **overrides):
     """The same model as a transformers.AlbertConfig (fields as named there), with `overrides` applied."""
     import transformers  # only the comparisons with the reference implementation need it
 
-    if c.sharing not in ("all", "none"):
+    if c.sharing not in TRANSFORMERS_SHARING:
         raise ValueError(f"sharing={c.sharing!r} has no counterpart in transformers, whose ALBERT shares whole "
-                         f"layers in groups: expected 'all' or 'none'")
+                         f"layers in groups: expected one of {TRANSFORMERS_SHARING}")
     fields = {k: v for k, v in c.to_dict().items() if k not in ("sharing", "embedding_projection")}
-    if c.sharing == "none":
-        fields["num_hidden_groups"] = c.num_hidden_layers  # one group per layer: nothing shared
-    return transformers.AlbertConfig(**{**fields, **overrides})
+    return transformers.AlbertConfig(**{**fields, "num_hidden_groups": transformers_groups(c), **overrides})
 
 
-__all__ = ['SHARING_MODES', 'ACTIVATIONS', 'AlbertConfig', 'PRESETS', 'to_transformers_config']
+__all__ = ['SHARING_MODES', 'ACTIVATIONS', 'AlbertConfig', 'PRESETS', 'TRANSFORMERS_SHARING', 'transformers_groups', 'to_transformers_config']

@@ -168,7 +168,7 @@ def read_examples(path: Path) -> list[Example]:
         return [Example(**json.loads(line)) for line in f]
 
 
-def collate(examples: list[Example], pad_id: int = 0) -> dict[str, torch.Tensor]:
+def collate(examples: list[Example], pad_id: int = Tokenizer.pad_id) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest example: the model's inputs, MLM labels (-100 where nothing is predicted)
     and the sentence-pair labels."""
     if not examples:

@@ -54,3 +54,28 @@ def test_the_data_directory_comes_from_the_library_and_can_be_moved(tmp_path):
     moved = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "ALBERT_EDU_DATA": str(tmp_path)}).stdout.strip()
     assert Path(moved) == tmp_path
+
+
+def test_the_front_door_offers_exactly_the_names_book_toml_calls_public():
+    from albert_edu.tools.manifest import load_book
+
+    listed = [name for chapter in load_book().chapters for name in chapter.public]
+    assert sorted(albert_edu.__all__) == sorted(listed)
+    assert len(listed) <= 40, "the front door should hold what a reader calls, not every helper"
+    for name in listed:
+        assert getattr(albert_edu, name) is not None
+    with pytest.raises(AttributeError, match="split_sentences"):
+        albert_edu.split_sentences  # a helper stays in its module
+    from albert_edu.corpus import split_sentences  # noqa: F401  (and is reached there)
+
+
+def test_a_public_name_that_no_module_defines_is_refused(monkeypatch):
+    import dataclasses
+
+    from albert_edu.tools import export, manifest
+
+    book = manifest.load_book()
+    broken = dataclasses.replace(book.chapters[1], public=("AlbertConfig", "NoSuchThing"))
+    book = dataclasses.replace(book, chapters=(book.chapters[0], broken, *book.chapters[2:]))
+    with pytest.raises(manifest.BookError, match="NoSuchThing"):
+        export.export_sources(book)

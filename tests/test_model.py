@@ -6,7 +6,8 @@ import torch
 import transformers
 
 from albert_edu import (PRESETS, AlbertConfig, AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel,
-                        count_parameters, pretraining_head_parameters, to_transformers_config)
+                        count_parameters, to_transformers_config)
+from albert_edu.params import pretraining_head_parameters
 
 transformers.utils.logging.disable_progress_bar()
 

@@ -8,8 +8,8 @@ import torch
 import transformers
 from torch import nn
 
-from albert_edu import (AlbertConfig, budget_summary, count_parameters, parameter_breakdown, pretraining_head_parameters,
-                        to_transformers_config)
+from albert_edu import AlbertConfig, count_parameters, parameter_breakdown, to_transformers_config
+from albert_edu.params import budget_summary, pretraining_head_parameters
 
 ALBERT_PRESETS = ["albert-base", "albert-large", "albert-xlarge", "albert-xxlarge", "tiny"]
 

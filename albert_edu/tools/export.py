@@ -99,9 +99,12 @@ def module_source(chapter: Chapter, cells: list[str]) -> tuple[str, list[str]]:
 
 
 def init_source(owners: dict[str, tuple[str, Chapter]]) -> str:
+    """The package's front door: the names book.toml lists as `public`, each loaded from its module."""
     lines = [f"{GENERATED_MARK} from book.toml.",
              '"""albert_edu: the ALBERT library that the book builds chapter by chapter.',
              "",
+             "The names a reader calls are here (book.toml lists them per chapter as `public`); everything",
+             "else lives in its chapter's module, e.g. `from albert_edu.corpus import split_sentences`.",
              "Names load on first use, so `import albert_edu` is quick and the book tool keeps working",
              'while a chapter is being written."""',
              "",
@@ -109,6 +112,8 @@ def init_source(owners: dict[str, tuple[str, Chapter]]) -> str:
              "",
              "_HOME = {"]
     for name, (module, chapter) in owners.items():
+        if name not in chapter.public:
+            continue
         lines.append(f"    {name!r}: {module!r},  # {chapter.file}")
     lines += ["}",
               "__all__ = list(_HOME)",
@@ -142,6 +147,10 @@ def export_sources(book: Book) -> dict[Path, str]:
                     raise BookError(f"{name!r} is exported by both {owners[name][0]}.py and {module}.py")
                 owners[name] = (module, chapter)
             sources[PACKAGE / f"{module}.py"] = text
+        unknown = [n for n in chapter.public if owners.get(n, (None, None))[1] is not chapter]
+        if unknown:
+            raise BookError(f"book.toml lists {unknown} as public names of {chapter.file}, but its modules "
+                            f"{list(chapter.modules)} define no such name")
     sources[PACKAGE / "__init__.py"] = init_source(owners)
     return sources
 

@@ -29,6 +29,7 @@ class Chapter:
     file: str
     title: str
     modules: tuple[str, ...]
+    public: tuple[str, ...] = ()   # names of its modules that `from albert_edu import ...` offers
 
     @property
     def path(self) -> Path:
@@ -88,7 +89,12 @@ def load_book(path: Path = ROOT / "book.toml") -> Book:
             if not isinstance(module, str) or not MODULE_NAME.match(module) or module in HAND_WRITTEN:
                 raise BookError(f"book.toml: {where}.modules has {module!r}; expected a lower-case module name "
                                 f"other than {HAND_WRITTEN}")
-        chapters.append(Chapter(file, _require(entry, "title", str, where), modules))
+        public = tuple(entry.get("public", []))
+        for name in public:
+            if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+                raise BookError(f"book.toml: {where}.public has {name!r}; expected the public name of a class, "
+                                f"function or constant")
+        chapters.append(Chapter(file, _require(entry, "title", str, where), modules, public))
     files = [c.file for c in chapters]
     if len(set(files)) != len(files):
         raise BookError(f"book.toml lists a chapter twice: {files}")
