@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from albert_edu.corpus import DATA_DIR, load_documents
-from albert_edu.experiments import RUNS_DIR, figure1_runs, run_summary, score, table5_runs, train_all
+from albert_edu.experiments import RUNS_DIR, figure1_runs, provenance, run_summary, score, table5_runs, train_all
 from albert_edu.model import AlbertModel
 from albert_edu.pretraining_data import Example, collate, segment_pairs
 from albert_edu.tokenizer import Tokenizer
@@ -95,14 +95,9 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
     started = time.perf_counter()
     paths = train_all(runs, runs_dir, data_dir, workers=workers)
     summaries = [run_summary(p) | {"scores": score(p, data_dir, r.training.max_seq_len)} for r, p in zip(runs, paths)]
-    return {"recipe": recipe, "command": f"python -m albert_edu experiment --recipe {recipe}",
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
-            "table5": summaries[:len(table5)],
+    return {**provenance(recipe, workers, summaries, started), "table5": summaries[:len(table5)],
             "figure1": {style: summaries[runs.index(r)] | {"transitions": figure1_curves(paths[runs.index(r)], data_dir)}
-                        for style, r in figure1.items()},
-            # each run's own training time (they ran `workers` at a time), and this call's (shorter when cached)
-            "training_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1),
-            "minutes": round((time.perf_counter() - started) / 60, 1)}
+                        for style, r in figure1.items()}}
 
 
 __all__ = ['text_batch', 'layer_states', 'layer_transitions', 'roughness', 'figure1_curves', 'experiment_results']

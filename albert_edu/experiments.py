@@ -3,9 +3,11 @@
 
 """Pre-training runs cached by what determines them, and the book's experiments: NSP vs SOP (chapter 8)."""
 
+import ast
 import hashlib
 import json
 import os
+import platform
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +28,24 @@ RUNS_DIR = DATA_DIR / "runs"  # the cache of trained runs (not in git)
 RESULTS_DIR = DATA_DIR / "results"  # results of the full recipe (in git)
 # The files a run's outcome depends on besides its settings: the data, and the code that trains.
 DATA_FILES = ("prepared/train.jsonl", "prepared/validation.jsonl", "tokenizer/spiece.model")
-CODE_FILES = ("config.py", "embeddings.py", "layers.py", "model.py", "pretraining_data.py", "optim.py",
-              "training.py", "tokenizer.py", "corpus.py")
+
+
+def code_files(start: str = "training") -> tuple[str, ...]:
+    """The library's source files that decide a run's weights: `start` and every albert_edu module it imports,
+    directly or through another, found by reading their import statements."""
+    package, found, todo = Path(albert_edu.__file__).parent, set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            for node in ast.walk(ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                todo += [m.split(".")[1] for m in modules if m.startswith("albert_edu.")]
+    return tuple(sorted(f"{name}.py" for name in found))
+
+
+CODE_FILES = code_files()
 
 
 @dataclass(frozen=True)
@@ -132,6 +150,7 @@ def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: 
         scores[f"{task}_balanced"] = balanced_accuracy(answers, labels)
         if task == "sop":
             scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
+            scores["mlm_loss"] = seen["mlm_loss_sum"] / seen["mlm_total"]
     return scores
 
 
@@ -166,6 +185,22 @@ def recipe_training(recipe: str, objective: str, seed: int) -> TrainingConfig:
                           log_every=10)
 
 
+# The learning-rate sweep behind the recipe: MLM-only runs of the experiments' model at T = 128, 600 steps each
+# (about 3 passes over the training split), LAMB at six rates and AdamW at three as a check; the held-out MLM
+# loss decides. `albert-edu experiment --recipe sweep` trains them and writes data/results/sweep.json.
+SWEEP = {"steps": 600, "max_seq_len": 128, "evaluations": 4,
+         "lr": {"lamb": (1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 4e-2), "adamw": (3e-4, 1e-3, 3e-3)}}
+
+
+def sweep_runs() -> list[Run]:
+    steps = SWEEP["steps"]
+    return [Run(f"sweep-{optimizer}-{lr:g}", experiment_model("all"),
+                TrainingConfig(objective="none", steps=steps, batch_size=32, max_seq_len=SWEEP["max_seq_len"],
+                               lr=lr, optimizer=optimizer, warmup_steps=steps // 15,
+                               eval_every=steps // SWEEP["evaluations"], log_every=10))
+            for optimizer, rates in SWEEP["lr"].items() for lr in rates]
+
+
 def table5_runs(recipe: str = "book") -> list[Run]:
     """Three objectives x the recipe's seeds, one model geometry, everything else equal."""
     return [Run(f"{objective}-s{seed}-{recipe}", experiment_model("all"), recipe_training(recipe, objective, seed))
@@ -180,13 +215,33 @@ def figure1_runs(recipe: str = "book") -> dict[str, Run]:
             for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all"))}
 
 
+def provenance(recipe: str, workers: int, summaries: list[dict], started: float) -> dict:
+    """How a results file was made: the command, the machine, and the time (each run's own training time
+    summed, and this call's, which is shorter when runs came from the cache)."""
+    return {"recipe": recipe, "command": f"albert-edu experiment --recipe {recipe}",
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
+            "training_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1),
+            "minutes": round((time.perf_counter() - started) / 60, 1)}
+
+
+def sweep_results(runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> dict:
+    """The sweep's runs, trained now or taken from the cache, one summary each, and how they were made."""
+    started = time.perf_counter()
+    summaries = [run_summary(path) for path in train_all(sweep_runs(), runs_dir, data_dir, workers=workers)]
+    return {**provenance("sweep", workers, summaries, started), "runs": summaries}
+
+
 def run_summary(path: Path, loss_every: int = 50) -> dict:
-    """A finished run in a few numbers: its result.json, its held-out evaluations during training, and its
-    training loss every `loss_every` steps (from log.jsonl)."""
+    """A finished run in a few numbers: its result.json, its held-out evaluations during training (with the
+    passes over the training split taken by then, "epochs"), and its training loss every `loss_every` steps
+    (from log.jsonl)."""
     records = [json.loads(line) for line in (Path(path) / "log.jsonl").read_text().splitlines()]
-    return {**load_result(path), "tokens_per_s": next(r["tokens_per_s"] for r in reversed(records) if "loss" in r),
-            "evaluations": [{"step": r["step"], **r["eval"]} for r in records if "eval" in r],
+    steps = {r["step"]: r for r in records if "loss" in r}
+    last = steps[max(steps)]
+    return {**load_result(path), "tokens_per_s": last["tokens_per_s"], "epochs": last.get("epochs"),
+            "evaluations": [{"step": r["step"], "epochs": steps.get(r["step"], {}).get("epochs"), **r["eval"]}
+                            for r in records if "eval" in r],
             "loss": [[r["step"], r["loss"]] for r in records if "loss" in r and r["step"] % loss_every == 0]}
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'table5_runs', 'figure1_runs', 'run_summary']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'SWEEP', 'sweep_runs', 'table5_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary']

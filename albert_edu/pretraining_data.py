@@ -6,6 +6,7 @@ Follows the recipe of ALBERT's create_pretraining_data.py, described in the chap
 
 import json
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,11 +35,12 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Rando
 
 
 def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len: int, rng: random.Random,
-                  short_seq_prob: float = 0.1):
+                  short_seq_prob: float = 0.1, counts: Counter | None = None):
     """Yield (A, B, label) from tokenized documents (documents -> sentences -> ids), following the reference
     recipe: fill chunks with whole sentences up to a target length (for a fraction short_seq_prob of the
     documents a random shorter one), cut each at a random sentence boundary, then make the pair the objective
-    asks for."""
+    asks for. `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens."""
+    counts = Counter() if counts is None else counts
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     max_tokens = max_seq_len - 3  # [CLS], [SEP], [SEP]
@@ -53,8 +55,13 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
             chunk.append(document[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
+                counts["chunks"] += 1
                 pair = _make_pair(chunk, documents, d, objective, target, rng)
-                if pair is not None:
+                if pair is None:
+                    counts["skipped chunks"] += 1
+                    counts["skipped tokens"] += length
+                else:
+                    counts["pairs"] += 1
                     a, b, label, unused = pair
                     i -= unused  # NSP: sentences not used for A go back into the stream
                     truncate_pair(a, b, max_tokens, rng)
@@ -65,13 +72,10 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
 
 def _make_pair(chunk, documents, d, objective, target, rng):
     """(A, B, label, number of chunk sentences to put back), or None when no pair can be made."""
-    if objective == "nsp" and len(chunk) == 1 and len(documents) > 1:
-        a_end = 1  # as the reference: one sentence is all of A, and B must come from another document
-    elif len(chunk) == 1:  # SOP or none: cut the sentence in two, keeping both segments from this document
-        if len(chunk[0]) < 2:
-            return None
-        cut = rng.randint(1, len(chunk[0]) - 1)
-        chunk, a_end = [chunk[0][:cut], chunk[0][cut:]], 1
+    if len(chunk) == 1 and (objective != "nsp" or len(documents) == 1):
+        return None  # SOP or none: no sentence boundary to cut at, and a sentence is never cut inside
+    if len(chunk) == 1:
+        a_end = 1  # NSP, as the reference: one sentence is all of A, and B must come from another document
     else:
         a_end = rng.randint(1, len(chunk) - 1)
     a = [t for sentence in chunk[:a_end] for t in sentence]
@@ -94,11 +98,11 @@ NGRAM_WEIGHTS = (1 / 1, 1 / 2, 1 / 3)  # p(n) proportional to 1/n: 6/11, 3/11, 2
 
 
 def word_units(ids: list[int], tokenizer: Tokenizer) -> list[list[int]]:
-    """Positions grouped into units for masking: a unit starts at a piece with the word-start mark or at a
-    punctuation piece (ALBERT's rule); special tokens belong to no unit and are never masked."""
+    """Positions grouped into units for masking, a unit starting where tokenizer.unit_start says (ALBERT's rule,
+    chapter 2). <pad>, [CLS], [SEP] and [MASK] belong to no unit and are never masked; <unk> is a unit."""
     words = []
     for position, token in enumerate(ids):
-        if token < len(SPECIAL_TOKENS):
+        if token < len(SPECIAL_TOKENS) and token != tokenizer.unk_id:
             continue
         if tokenizer.unit_start[token] or not words or words[-1][-1] != position - 1:
             words.append([position])

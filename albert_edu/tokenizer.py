@@ -15,6 +15,18 @@ from albert_edu.corpus import DATA_DIR, load_documents
 SPECIAL_TOKENS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word ("▁")
 PUNCTUATION = set(string.punctuation)
+# The punctuation of ALBERT's masking rule (create_pretraining_data.py): string.punctuation without ' < = >.
+UNIT_PUNCTUATION = set(PUNCTUATION) - set("'<=>")
+# Every character a reader types in English prose, after normalization (so lower case): kept as pieces.
+REQUIRED_CHARS = string.ascii_lowercase + string.digits + string.punctuation + "“”‘’–—°£€"
+
+
+def starts_unit(piece: str) -> bool:
+    """Does this piece begin a new unit for whole-word masking (chapter 6)? ALBERT's rule: a piece that begins
+    a word ("▁..."), a special piece ("<unk>"), a single punctuation character, or any piece with a character
+    other than English letters and that punctuation (digits, accented letters, apostrophes, ...)."""
+    return (piece.startswith((WORD_START, "<")) or piece in UNIT_PUNCTUATION
+            or not all(ch in string.ascii_lowercase or ch in UNIT_PUNCTUATION for ch in piece.lower()))
 
 
 def normalize(text: str) -> str:
@@ -30,7 +42,7 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     Deterministic: one thread, no sampling of the input. Skipped when the model exists for the same data."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size}: expected more than the {len(SPECIAL_TOKENS)} special tokens")
-    stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__,
+    stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__, "options": TRAINER_OPTIONS,
              "train": (data_dir / "prepared" / "stats.json").read_text()}
     stamp_path = out_dir / "training.json"
     if (out_dir / "spiece.model").exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
@@ -49,12 +61,19 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     return out_dir / "spiece.model"
 
 
+# ALBERT's spm_train settings (its README), except three: one thread and no sampling of the input, so that
+# every reader gets the same pieces, and REQUIRED_CHARS, which keeps the characters of ordinary English prose
+# out of <unk> however rare they are in our small corpus. (ALBERT also made ( ) " - . – £ € pieces of their own,
+# "user-defined symbols"; we leave that out.)
+TRAINER_OPTIONS = dict(model_type="unigram", character_coverage=0.99995, required_chars=REQUIRED_CHARS,
+                       pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1, eos_id=-1,
+                       control_symbols=["[CLS]", "[SEP]", "[MASK]"], num_threads=1, shuffle_input_sentence=False,
+                       input_sentence_size=0)
+
+
 def _train(out_dir: Path, vocab_size: int, sentences: list[str]) -> None:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=str(out_dir / "spiece"), model_type="unigram",
-        vocab_size=vocab_size, character_coverage=0.9995, num_threads=1, shuffle_input_sentence=False,
-        input_sentence_size=0, pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1, eos_id=-1,
-        control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=str(out_dir / "spiece"),
+                                   vocab_size=vocab_size, minloglevel=2, **TRAINER_OPTIONS)
 
 
 class Tokenizer:
@@ -73,9 +92,7 @@ class Tokenizer:
             raise ValueError(f"{model_file} has special tokens {found}; expected ALBERT's {SPECIAL_TOKENS}")
         pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
         self.word_start = [p.startswith(WORD_START) for p in pieces]  # piece id -> does it begin a word?
-        # piece id -> does it begin a unit for whole-word masking (chapter 6)? ALBERT's rule: a word start,
-        # or a piece that is one punctuation character, so that "cat," is masked as "cat" and ","
-        self.unit_start = [p.startswith(WORD_START) or p in PUNCTUATION for p in pieces]
+        self.unit_start = [starts_unit(p) for p in pieces]  # piece id -> does it begin a unit (chapter 6)?
 
     @classmethod
     def load(cls, directory: Path = DATA_DIR / "tokenizer") -> "Tokenizer":
@@ -108,4 +125,4 @@ class Tokenizer:
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1)
 
 
-__all__ = ['SPECIAL_TOKENS', 'WORD_START', 'PUNCTUATION', 'normalize', 'train_tokenizer', 'Tokenizer']
+__all__ = ['SPECIAL_TOKENS', 'WORD_START', 'PUNCTUATION', 'UNIT_PUNCTUATION', 'REQUIRED_CHARS', 'starts_unit', 'normalize', 'train_tokenizer', 'TRAINER_OPTIONS', 'Tokenizer']

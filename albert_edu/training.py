@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from albert_edu.checkpoint import transformers_expressible
@@ -27,6 +28,9 @@ from albert_edu.pretraining_data import OBJECTIVES, Example, collate, create_exa
 from albert_edu.tokenizer import Tokenizer
 
 
+OPTIMIZERS = {"lamb": Lamb, "adamw": torch.optim.AdamW}
+
+
 @dataclass
 class TrainingConfig:
     objective: str = "sop"  # "sop", "nsp" or "none" (MLM only)
@@ -35,6 +39,7 @@ class TrainingConfig:
     max_seq_len: int = 128
     seed: int = 0
     lr: float = 1e-2  # LAMB: the relative size of a step; the paper used 0.00176 with batches of 4096
+    optimizer: str = "lamb"  # "lamb" (ALBERT's) or "adamw" (the usual choice for small batches, as a check)
     warmup_steps: int = 100
     weight_decay: float = 0.01
     accumulation: int = 1  # micro-batches per step
@@ -52,6 +57,8 @@ class TrainingConfig:
             raise ValueError(f"max_seq_len={self.max_seq_len}: expected at least 5")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr}: expected a positive learning rate")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r}: expected one of {tuple(OPTIMIZERS)}")
         for name in ("warmup_steps", "save_every", "eval_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a non-negative integer (0: never)")
@@ -89,20 +96,24 @@ class ExampleStream:
     def position(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}
 
+    def epochs(self) -> float:
+        """Passes over the training documents taken so far, e.g. 2.5 in the middle of the third."""
+        return self.epoch + (self.index / len(self._examples) if self._examples else 0.0)
+
     def seek(self, position: dict) -> None:
         self.epoch, self.index, self._examples = position["epoch"], position["index"], None
 
 
 def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleStream, config: TrainingConfig) -> Path:
-    """Everything a run needs to continue exactly: weights (transformers' layout), LAMB's moments, the
+    """Everything a run needs to continue exactly: weights (transformers' layout), the optimizer's moments, the
     schedule's step, the random state and the data position. Written to a temporary directory that is then
     renamed; `latest` is replaced last, so a kill at any moment leaves the previous checkpoint intact."""
     root = out_dir / "checkpoints"
     final, tmp = root / f"step-{step:07d}", root / f"step-{step:07d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, layout=_layout(model.config))
-    moments = {f"{i}.{name}": state[name] for i, p in enumerate(_parameters(optimizer))
-               for state in [optimizer.state.get(p, {})] for name in ("m", "v") if name in state}
+    moments = {f"{i}.{name}": value for i, p in enumerate(_parameters(optimizer))
+               for name, value in optimizer.state.get(p, {}).items() if torch.is_tensor(value)}
     save_file({**moments, "torch_rng_state": torch.get_rng_state()}, tmp / "optimizer.safetensors")
     meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
     (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -130,10 +141,11 @@ def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, conf
                          f"resume with the same command, or use a new --out")
     model.load_state_dict(type(model).from_pretrained(directory).state_dict())
     tensors = load_file(directory / "optimizer.safetensors")
-    for i, p in enumerate(_parameters(optimizer)):
-        if f"{i}.m" in tensors:
-            optimizer.state[p] = {"m": tensors[f"{i}.m"], "v": tensors[f"{i}.v"]}
-    torch.set_rng_state(tensors["torch_rng_state"])
+    torch.set_rng_state(tensors.pop("torch_rng_state"))
+    parameters = _parameters(optimizer)
+    for key, value in tensors.items():  # "3.m": LAMB's first moment of parameter 3 (AdamW's are "3.exp_avg", ...)
+        i, name = key.split(".", 1)
+        optimizer.state[parameters[int(i)]][name] = value
     stream.seek(meta["stream"])
     return meta["step"]
 
@@ -178,8 +190,8 @@ def eval_mode(model: torch.nn.Module):
 @torch.no_grad()
 def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
     """One pass over examples without dropout: the pair head's answers and the true pair labels, one per
-    example, and how many of the masked pieces the MLM head gets right."""
-    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0}
+    example, and over the masked pieces how many the MLM head gets right and the sum of its cross-entropy."""
+    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0, "mlm_loss_sum": 0.0}
     with eval_mode(model):
         for start in range(0, len(examples), batch_size):
             batch = collate(examples[start:start + batch_size])
@@ -188,14 +200,15 @@ def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
             out["answers"] += result.sop_logits.argmax(-1).tolist()
             masked = batch["labels"][batch["labels"] != -100]
             out["mlm_right"] += int((result.masked_lm_logits.argmax(-1) == masked).sum())
+            out["mlm_loss_sum"] += F.cross_entropy(result.masked_lm_logits, masked, reduction="sum").item()
             out["mlm_total"] += len(masked)
     return out
 
 
 def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) -> dict[str, float]:
-    """MLM accuracy and both pair tasks, whatever objective the model was trained with (the pair head's class 0
-    means "A then B as written" for SOP and NSP alike), with the majority-class rate of each pair task: the
-    accuracy of always guessing the commoner label, which is the chance level to beat."""
+    """MLM loss and accuracy, and both pair tasks, whatever objective the model was trained with (the pair head's
+    class 0 means "A then B as written" for SOP and NSP alike), with the majority-class rate of each pair task:
+    the accuracy of always guessing the commoner label, which is the chance level to beat."""
     scores = {}
     for objective, subset in examples.items():
         seen = predict(model, subset, batch_size)
@@ -204,6 +217,7 @@ def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) ->
         scores[f"{objective}_majority"] = max(positives, 1 - positives)
         if objective == "sop":
             scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
+            scores["mlm_loss"] = seen["mlm_loss_sum"] / seen["mlm_total"]
     return scores
 
 
@@ -217,19 +231,19 @@ def distributed_setup() -> tuple[int, int]:
 
 def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int) -> torch.Tensor:
     """Forward and backward over micro-batches. Each term is weighted so that the gradient, after DDP averages
-    it over processes, equals that of the mean loss over the whole global batch."""
-    total = torch.zeros(())
+    it over processes, equals that of the mean loss over the whole global batch. Returns this process's share
+    of the two losses, [MLM, pair] (the pair loss 0 under "none"), which sum to the global batch's means."""
+    parts = torch.zeros(2)
     for start in range(0, len(examples), micro):
         batch = collate(examples[start:start + micro])
         pairs = batch.pop("sentence_order_label")
         out = model(**batch, sentence_order_label=pairs if config.objective != "none" else None)
         n = int((batch["labels"] != -100).sum())
-        loss = out.mlm_loss * (n / labelled) * world
-        if out.sop_loss is not None:
-            loss = loss + out.sop_loss * (len(pairs) / config.batch_size) * world
-        loss.backward()
-        total += loss.detach() / world
-    return total
+        mlm = out.mlm_loss * (n / labelled)
+        pair = out.sop_loss * (len(pairs) / config.batch_size) if out.sop_loss is not None else torch.zeros(())
+        ((mlm + pair) * world).backward()
+        parts += torch.stack([mlm.detach(), pair.detach()])
+    return parts
 
 
 @dataclass
@@ -264,7 +278,7 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
                          f"{model_config.max_position_embeddings}")
     torch.manual_seed(config.seed)
     model = AlbertForPreTraining(model_config)
-    optimizer = Lamb(parameter_groups(model, config.weight_decay), lr=config.lr)
+    optimizer = OPTIMIZERS[config.optimizer](parameter_groups(model, config.weight_decay), lr=config.lr)
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
@@ -282,13 +296,14 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
 
 
 def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
-    """One optimizer step on the next global batch: its loss (averaged over processes), the learning rate it
-    used, the gradient norm before clipping, and the number of tokens it saw."""
+    """One optimizer step on the next global batch: its loss and the loss's two parts, MLM and pair (means over
+    the global batch, whatever the number of processes), the learning rate it used, the gradient norm before
+    clipping, and the number of tokens it saw."""
     global_batch = run.stream.take(config.batch_size)
     share = run.micro * config.accumulation
     mine = global_batch[run.rank * share:(run.rank + 1) * share]
-    loss = _accumulate(run.trained, mine, run.micro, config, run.world,
-                       sum(len(e.mlm_positions) for e in global_batch))
+    parts = _accumulate(run.trained, mine, run.micro, config, run.world,
+                        sum(len(e.mlm_positions) for e in global_batch))
     lr = run.optimizer.param_groups[0]["lr"]
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
     run.optimizer.step()
@@ -296,8 +311,10 @@ def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
     run.optimizer.zero_grad(set_to_none=True)
     run.step += 1
     if run.world > 1:
-        dist.all_reduce(loss)
-    return {"step": run.step, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item(),
+        dist.all_reduce(parts)
+    mlm, pair = parts.tolist()
+    return {"step": run.step, "loss": mlm + pair, "mlm_loss": mlm, "pair_loss": pair, "lr": lr,
+            "grad_norm": grad_norm.item(),
             "tokens": sum(len(e.input_ids) for e in global_batch)}
 
 
@@ -317,8 +334,9 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
         while run.step < config.steps and (stop_after is None or run.step < stop_after):
             result = train_step(run, config)
             tokens += result["tokens"]
-            record = {"step": result["step"], "loss": round(result["loss"], 5), "lr": result["lr"],
-                      "grad_norm": round(result["grad_norm"], 4),
+            record = {"step": result["step"], **{k: round(result[k], 5) for k in ("loss", "mlm_loss", "pair_loss")},
+                      "lr": result["lr"], "grad_norm": round(result["grad_norm"], 4),
+                      "epochs": round(run.stream.epochs(), 4),
                       "tokens_per_s": round(tokens / (time.perf_counter() - started))}
             step, last = run.step, run.step == config.steps
             if writer and (step % config.log_every == 0 or last):
@@ -354,4 +372,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'start_run', 'train_step', 'pretrain']
+__all__ = ['OPTIMIZERS', 'TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'start_run', 'train_step', 'pretrain']

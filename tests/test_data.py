@@ -12,7 +12,7 @@ import transformers
 import albert_edu.corpus as corpus
 from albert_edu.corpus import (CorpusError, Report, clean_wikitext, is_validation, load_documents, prepare_corpus,
                                read_text_documents, split_sentences)
-from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, normalize
+from albert_edu.tokenizer import REQUIRED_CHARS, SPECIAL_TOKENS, Tokenizer, normalize
 from albert_edu.tools.manifest import ROOT
 
 
@@ -60,6 +60,13 @@ def test_tokenizer_pair_layout_equals_transformers(tokenizer):
 def test_special_tokens_have_albert_ids(tokenizer):
     assert tokenizer.pieces(range(5)) == list(SPECIAL_TOKENS)
     assert SPECIAL_TOKENS == {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+
+
+def test_every_character_of_ordinary_prose_is_a_piece_not_unknown(tokenizer, validation_documents):
+    for ch in REQUIRED_CHARS:
+        assert Tokenizer.unk_id not in tokenizer.encode(f"a{ch}b {ch}"), ch
+    ids = [i for d in validation_documents for s in tokenizer.encode_batch(d.sentences) for i in s]
+    assert ids.count(Tokenizer.unk_id) / len(ids) < 0.002
 
 
 def test_normalization_removes_accents_straightens_quotes_and_lowercases():
@@ -182,7 +189,7 @@ def test_cli_prepare_data_is_idempotent_and_reports_statistics():
     prepared = ROOT / "data" / "prepared"
     before = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
     result = subprocess.run([sys.executable, "-m", "albert_edu", "prepare-data"], capture_output=True, text=True)
-    assert result.returncode == 0 and "train: 374 documents" in result.stdout
+    assert result.returncode == 0 and "train: 339 documents" in result.stdout
     assert {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()} == before  # nothing was rewritten
 
 

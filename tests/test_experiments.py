@@ -1,6 +1,7 @@
 """The run cache (keys, atomic entries, reuse), the recipes, the stored results of the full recipe, and the
 `experiment` command's errors (chapter 8)."""
 
+import ast
 import json
 import shutil
 import subprocess
@@ -39,6 +40,31 @@ def test_the_key_changes_with_the_data(tmp_path):
     assert run_key(run, tmp_path) != run_key(run)
 
 
+def test_the_key_covers_every_module_that_training_loads():
+    # independent of code_files' reading of import statements: what Python actually loads to train
+    loaded = subprocess.run([sys.executable, "-c", "import sys, albert_edu.training; print(sorted(m for m in "
+                             "sys.modules if m.startswith('albert_edu.')))"], capture_output=True, text=True, check=True)
+    modules = {m.split(".")[1] + ".py" for m in ast.literal_eval(loaded.stdout)}
+    assert modules == set(experiments.CODE_FILES)
+    assert {"params.py", "checkpoint.py"} <= modules
+
+
+def test_the_key_changes_when_any_code_file_changes(tmp_path, monkeypatch):
+    package = tmp_path / "albert_edu"
+    shutil.copytree(Path(experiments.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    run = Run("a", SMALL_MODEL, QUICK)
+    before = run_key(run)
+    monkeypatch.setattr(experiments.albert_edu, "__file__", str(package / "__init__.py"))
+    assert run_key(run) == before
+    keys = set()
+    for name in experiments.CODE_FILES:
+        original = (package / name).read_text()
+        (package / name).write_text(original + "\n# changed\n")
+        keys.add(run_key(run))
+        (package / name).write_text(original)
+    assert len(keys) == len(experiments.CODE_FILES) and before not in keys
+
+
 def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
     run = Run("quick", SMALL_MODEL, QUICK)
     (tmp_path / f".{run_dir(run, tmp_path).name}.999.tmp").mkdir()  # what a killed attempt leaves behind
@@ -70,6 +96,14 @@ def test_recipes_share_the_albert_style_run_and_reject_unknown_names():
         assert styles["BERT-style"].training == styles["ALBERT-style"].training
     with pytest.raises(ValueError, match="recipe='huge'"):
         recipe_training("huge", "sop", 0)
+
+
+def test_the_sweep_varies_only_the_learning_rate_and_the_optimizer():
+    runs = experiments.sweep_runs()
+    assert len({r.name for r in runs}) == len(runs) == sum(map(len, experiments.SWEEP["lr"].values()))
+    assert len({r.model for r in runs}) == 1 and {r.training.objective for r in runs} == {"none"}
+    fixed = {replace(r.training, lr=1.0, optimizer="lamb") for r in runs}
+    assert len(fixed) == 1 and next(iter(fixed)).max_seq_len == 128
 
 
 def test_the_stored_full_results_belong_to_the_current_full_recipe():

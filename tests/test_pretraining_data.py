@@ -4,6 +4,7 @@ command line, and the batch layout."""
 import json
 import random
 import subprocess
+from collections import Counter
 import sys
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from albert_edu.corpus import load_documents
 from albert_edu.pretraining_data import (Example, choose_spans, collate, create_examples, mask_ngrams, read_examples,
                                          segment_pairs, truncate_pair, word_units)
-from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
+from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, starts_unit
 
 TOKENIZER = Tokenizer.load()
 NON_SPECIAL = st.integers(min_value=len(SPECIAL_TOKENS), max_value=TOKENIZER.vocab_size - 1)
@@ -168,6 +169,31 @@ def test_nsp_negatives_come_from_another_document_and_positives_are_consecutive(
             assert any(_contains(text, b) for d, text in enumerate(texts) if d not in homes or len(homes) > 1)
 
 
+@settings(max_examples=80, deadline=None)
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16), short_seq_prob=st.sampled_from([0.0, 0.5, 1.0]))
+def test_sop_and_none_never_cut_inside_a_sentence(documents, seed, short_seq_prob):
+    # every sentence of every document is a run of one distinct token, so a segment's edges show where it was cut
+    documents = [[[1000 * d + 10 * i + 7] * len(s) for i, s in enumerate(doc)] for d, doc in enumerate(documents)]
+    length = {s[0]: len(s) for doc in documents for s in doc}
+    for objective in ("sop", "none"):
+        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob):
+            first, second = (b, a) if label else (a, b)
+            # first ends where a sentence ends and second starts where the next one starts: whole sentences
+            assert first[-1] != second[0], (first, second)
+            for segment in (a, b):
+                runs = [t for i, t in enumerate(segment) if i == 0 or segment[i - 1] != t]
+                assert all(segment.count(t) == length[t] for t in runs), segment
+
+
+def test_a_single_sentence_document_makes_no_sop_pair_and_an_nsp_pair_from_another_document():
+    documents = [[[11] * 9], [[22] * 5, [23] * 5]]
+    counts = Counter()
+    assert list(segment_pairs(documents[:1], "sop", LONG, random.Random(0), counts=counts)) == []
+    assert counts == {"chunks": 1, "skipped chunks": 1, "skipped tokens": 9}
+    pairs = list(segment_pairs(documents, "nsp", LONG, random.Random(0), short_seq_prob=0))
+    assert ([11] * 9, 1) in [(a, label) for a, _, label in pairs]
+
+
 def test_nsp_uses_every_sentence_of_a_document_for_segment_a_or_consecutive_b():
     documents = [[[10 + d * 100 + i] * 3 for i in range(6)] for d in range(4)]  # distinct sentences
     used = [t for a, b, label in segment_pairs(documents, "nsp", LONG, random.Random(1), short_seq_prob=0)
@@ -185,6 +211,22 @@ def test_word_units_follow_albert_rule_on_real_pieces():
     ids, _ = TOKENIZER.encode_pair(TOKENIZER.encode("The cat's hat, red."), [])
     units = [TOKENIZER.pieces([ids[p] for p in unit]) for unit in word_units(ids, TOKENIZER)]
     assert units == [["▁the"], ["▁cat"], ["'", "s"], ["▁hat"], [","], ["▁red"], ["."]]
+
+
+@pytest.mark.parametrize("piece, starts", [("▁cat", True), ("▁", True), ("<unk>", True), (",", True), ("?", True),
+                                           ("s", False), ("ing", False), ("1", True), ("s1", True), ("'s", True),
+                                           ("=", True), ("ß", True), ("-", True), ("a-", False)])
+def test_a_unit_starts_where_albert_reference_rule_says(piece, starts):
+    # create_pretraining_data.py's _is_start_piece_sp: its punctuation set lacks ' < = >, so a piece holding
+    # one of those (like any digit or non-English letter) starts a unit, and "a-" continues the word before
+    assert starts_unit(piece) is starts
+
+
+def test_unknown_pieces_can_be_masked_and_special_tokens_cannot():
+    ids = [Tokenizer.cls_id, *TOKENIZER.encode("a cat"), Tokenizer.unk_id, *TOKENIZER.encode("sat"), Tokenizer.sep_id]
+    positions = [p for unit in word_units(ids, TOKENIZER) for p in unit]
+    assert ids.index(Tokenizer.unk_id) in positions
+    assert 0 not in positions and len(ids) - 1 not in positions
 
 
 def test_masking_covers_about_15_percent_with_mostly_single_word_spans(validation_documents):

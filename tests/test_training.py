@@ -3,6 +3,7 @@ resumes after SIGKILL to exactly the weights of an uninterrupted run, agrees acr
 torchrun, and rejects bad command lines with clear errors."""
 
 import json
+from dataclasses import replace
 import os
 import signal
 import subprocess
@@ -193,6 +194,28 @@ def test_resuming_a_finished_run_rewrites_its_final_weights(tmp_path):
     after = _weights(tmp_path / "run")
     assert result["step"] == 6 and "mlm_accuracy" in result
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
+def test_a_stopped_run_resumes_to_the_uninterrupted_weights_with_either_optimizer(optimizer, tmp_path):
+    config = TrainingConfig(**SMALL, optimizer=optimizer, lr=1e-3 if optimizer == "adamw" else 1e-2, save_every=2)
+    pretrain(TINY, config, tmp_path / "whole", progress=False)
+    pretrain(TINY, config, tmp_path / "stopped", stop_after=4, progress=False)
+    pretrain(TINY, config, tmp_path / "stopped", resume=True, progress=False)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "stopped")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="training.optimizer"):
+        pretrain(TINY, replace(config, optimizer="lamb" if optimizer == "adamw" else "adamw"), tmp_path / "stopped",
+                 resume=True, progress=False)
+
+
+def test_the_log_holds_both_losses_and_the_epochs_and_evaluation_the_held_out_mlm_loss(tmp_path):
+    result = pretrain(TINY, TrainingConfig(**SMALL, log_every=1), tmp_path / "run", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    assert all(abs(r["mlm_loss"] + r["pair_loss"] - r["loss"]) < 1e-4 and r["pair_loss"] > 0 for r in steps)
+    assert all(0 < a["epochs"] < b["epochs"] for a, b in zip(steps, steps[1:]))
+    assert 0 < result["mlm_loss"] < 2 * np.log(TINY.vocab_size) and result["mlm_loss"] == records[-1]["eval"]["mlm_loss"]
 
 
 def test_resume_refuses_a_changed_model_and_keeps_one_log_line_per_step(tmp_path):

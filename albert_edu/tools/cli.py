@@ -112,7 +112,8 @@ def make_examples(args) -> None:
 TRAINING_HELP = {
     "objective": "the sentence-pair task besides MLM",
     "batch_size": "global batch size (all processes and accumulation steps together)",
-    "lr": "LAMB's peak learning rate",
+    "lr": "peak learning rate",
+    "optimizer": "lamb (ALBERT's) or adamw",
     "accumulation": "micro-batches per step",
     "save_every": "checkpoint every K steps (0: only at the end)",
     "eval_every": "held-out evaluation every K steps (0: only at the end)",
@@ -122,6 +123,7 @@ TRAINING_HELP = {
 def configure_pretrain(p: argparse.ArgumentParser) -> None:
     from albert_edu.config import PRESETS
     from albert_edu.pretraining_data import OBJECTIVES
+    from albert_edu.training import OPTIMIZERS
 
     p.add_argument("--preset", required=True, choices=sorted(PRESETS), help="a geometry of AlbertConfig")
     p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, log.jsonl, final weights")
@@ -133,7 +135,8 @@ def configure_pretrain(p: argparse.ArgumentParser) -> None:
     training = p.add_argument_group("training (the fields of TrainingConfig, chapter 7)")
     for name, default in _training_defaults().items():
         flag = "--" + name.replace("_", "-")
-        extra = {"choices": OBJECTIVES} if name == "objective" else {}
+        extra = {"choices": {"objective": OBJECTIVES, "optimizer": tuple(OPTIMIZERS)}[name]} \
+            if name in ("objective", "optimizer") else {}
         training.add_argument(flag, type=type(default), default=default,
                               help=f"{TRAINING_HELP.get(name, name.replace('_', ' '))} (default: {default})", **extra)
 
@@ -160,9 +163,9 @@ def pretrain(args) -> None:
 def configure_experiment(p: argparse.ArgumentParser) -> None:
     from albert_edu.experiments import RECIPES, RESULTS_DIR, RUNS_DIR
 
-    p.add_argument("--recipe", default="book", choices=sorted(RECIPES),
-                   help="book (minutes, the chapters' live runs) or full (about an hour on 2 cores; the results "
-                        "the chapters show)")
+    p.add_argument("--recipe", default="book", choices=[*sorted(RECIPES), "sweep"],
+                   help="book (minutes, the chapters' live runs), full (about an hour on 2 cores; the results "
+                        "the chapters show) or sweep (the learning-rate sweep behind the recipe)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the run cache (default: DATA_DIR/runs)")
     p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
@@ -171,14 +174,17 @@ def configure_experiment(p: argparse.ArgumentParser) -> None:
 
 def experiment(args) -> None:
     from albert_edu.analysis import experiment_results
-    from albert_edu.experiments import RESULTS_DIR
+    from albert_edu.experiments import RESULTS_DIR, sweep_results
 
     if not (args.data_dir / "tokenizer" / "spiece.model").exists():
         raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
                            f"`{PROG} train-tokenizer` first")
     if args.workers < 1:
         raise CommandError(f"--workers {args.workers}: expected at least 1")
-    results = experiment_results(args.recipe, args.runs_dir, args.data_dir, args.workers)
+    if args.recipe == "sweep":
+        results = sweep_results(args.runs_dir, args.data_dir, args.workers)
+    else:
+        results = experiment_results(args.recipe, args.runs_dir, args.data_dir, args.workers)
     out = args.out or RESULTS_DIR / f"{args.recipe}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
