@@ -13,22 +13,26 @@ _HOME = {
     'AlbertConfig': 'config',  # 01_parameter_budget.ipynb
     'PRESETS': 'config',  # 01_parameter_budget.ipynb
     'to_transformers_config': 'config',  # 01_parameter_budget.ipynb
+    'embedding_parameters': 'params',  # 01_parameter_budget.ipynb
+    'attention_parameters': 'params',  # 01_parameter_budget.ipynb
+    'ffn_parameters': 'params',  # 01_parameter_budget.ipynb
     'parameter_breakdown': 'params',  # 01_parameter_budget.ipynb
     'count_parameters': 'params',  # 01_parameter_budget.ipynb
+    'pretraining_head_parameters': 'params',  # 01_parameter_budget.ipynb
     'DATA_DIR': 'corpus',  # 02_text_and_tokens.ipynb
     'prepare_corpus': 'corpus',  # 02_text_and_tokens.ipynb
     'load_documents': 'corpus',  # 02_text_and_tokens.ipynb
     'train_tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb
     'Tokenizer': 'tokenizer',  # 02_text_and_tokens.ipynb
+    'init_weights': 'embeddings',  # 03_factorized_embeddings.ipynb
     'AlbertEmbeddings': 'embeddings',  # 03_factorized_embeddings.ipynb
     'AlbertAttention': 'layers',  # 04_inside_a_layer.ipynb
     'AlbertFFN': 'layers',  # 04_inside_a_layer.ipynb
     'AlbertLayer': 'layers',  # 04_inside_a_layer.ipynb
+    'AlbertEncoder': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertModel': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertForPreTraining': 'model',  # 05_sharing_across_layers.ipynb
     'AlbertForSequenceClassification': 'model',  # 05_sharing_across_layers.ipynb
-    'save_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
-    'load_pretrained': 'checkpoint',  # 05_sharing_across_layers.ipynb
     'OBJECTIVES': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'create_examples': 'pretraining_data',  # 06_pretraining_examples.ipynb
     'collate': 'pretraining_data',  # 06_pretraining_examples.ipynb
@@ -41,10 +45,125 @@ _HOME = {
     'layer_states': 'analysis',  # 09_embeddings_across_layers.ipynb
     'figure1_curves': 'analysis',  # 09_embeddings_across_layers.ipynb
 }
+# the other names of the chapters' modules: albert_edu.X says where they are
+_ELSEWHERE = {
+    'ACTIVATIONS': 'config',
+    'TRANSFORMERS_SHARING': 'config',
+    'transformers_groups': 'config',
+    'projection_parameters': 'params',
+    'pooler_parameters': 'params',
+    'stored_blocks': 'params',
+    'budget_summary': 'params',
+    'GENSIM_WHEEL': 'corpus',
+    'MEMBERS': 'corpus',
+    'CorpusError': 'corpus',
+    'sha256': 'corpus',
+    'write_atomically': 'corpus',
+    'fetch_sources': 'corpus',
+    'DROPPED_SECTIONS': 'corpus',
+    'DROPPED_TAGS': 'corpus',
+    'DROPPED_LINKS': 'corpus',
+    'clean_wikitext': 'corpus',
+    'split_sentences': 'corpus',
+    'MAX_SENTENCE_CHARS': 'corpus',
+    'Document': 'corpus',
+    'Report': 'corpus',
+    'make_document': 'corpus',
+    'read_wikipedia': 'corpus',
+    'read_text_documents': 'corpus',
+    'RECIPE_VERSION': 'corpus',
+    'is_validation': 'corpus',
+    'SPECIAL_TOKENS': 'tokenizer',
+    'WORD_START': 'tokenizer',
+    'PUNCTUATION': 'tokenizer',
+    'UNIT_PUNCTUATION': 'tokenizer',
+    'REQUIRED_CHARS': 'tokenizer',
+    'starts_unit': 'tokenizer',
+    'normalize': 'tokenizer',
+    'TRAINER_OPTIONS': 'tokenizer',
+    'check_inputs': 'embeddings',
+    'ACTIVATION_FUNCTIONS': 'layers',
+    'AlbertOutput': 'model',
+    'AlbertPreTrainedModel': 'model',
+    'allowed_positions': 'model',
+    'AlbertMLMHead': 'model',
+    'AlbertSOPHead': 'model',
+    'check_labels': 'model',
+    'PreTrainingOutput': 'model',
+    'ClassificationOutput': 'model',
+    'WEIGHTS': 'checkpoint',
+    'CONFIG': 'checkpoint',
+    'OUR_WEIGHTS': 'checkpoint',
+    'GEOMETRY': 'checkpoint',
+    'TIED': 'checkpoint',
+    'transformers_expressible': 'checkpoint',
+    'to_transformers_names': 'checkpoint',
+    'from_transformers_names': 'checkpoint',
+    'config_to_json': 'checkpoint',
+    'config_from_json': 'checkpoint',
+    'LAYOUTS': 'checkpoint',
+    'save_pretrained': 'checkpoint',
+    'read_checkpoint': 'checkpoint',
+    'HEADS': 'checkpoint',
+    'FRESH_IF_MISSING': 'checkpoint',
+    'load_pretrained': 'checkpoint',
+    'Example': 'pretraining_data',
+    'truncate_pair': 'pretraining_data',
+    'segment_pairs': 'pretraining_data',
+    'NGRAM_WEIGHTS': 'pretraining_data',
+    'word_units': 'pretraining_data',
+    'choose_spans': 'pretraining_data',
+    'mask_ngrams': 'pretraining_data',
+    'write_examples': 'pretraining_data',
+    'read_examples': 'pretraining_data',
+    'parameter_groups': 'optim',
+    'warmup_then_linear_decay': 'optim',
+    'OPTIMIZERS': 'training',
+    'ExampleStream': 'training',
+    'save_checkpoint': 'training',
+    'load_checkpoint': 'training',
+    'run_identity': 'training',
+    'validation_examples': 'training',
+    'eval_mode': 'training',
+    'predict': 'training',
+    'distributed_setup': 'training',
+    'PretrainingRun': 'training',
+    'start_run': 'training',
+    'train_step': 'training',
+    'RUNS_DIR': 'experiments',
+    'RESULTS_DIR': 'experiments',
+    'DATA_FILES': 'experiments',
+    'code_files': 'experiments',
+    'CODE_FILES': 'experiments',
+    'Run': 'experiments',
+    'run_key': 'experiments',
+    'run_dir': 'experiments',
+    'train_cached': 'experiments',
+    'train_all': 'experiments',
+    'load_result': 'experiments',
+    'experiment_model': 'experiments',
+    'RECIPES': 'experiments',
+    'check_recipe': 'experiments',
+    'recipe_training': 'experiments',
+    'SWEEP': 'experiments',
+    'sweep_runs': 'experiments',
+    'table5_runs': 'experiments',
+    'figure1_runs': 'experiments',
+    'provenance': 'experiments',
+    'sweep_results': 'experiments',
+    'run_summary': 'experiments',
+    'text_batch': 'analysis',
+    'layer_transitions': 'analysis',
+    'roughness': 'analysis',
+    'experiment_results': 'analysis',
+}
 __all__ = list(_HOME)
 
 
 def __getattr__(name):
+    if name in _ELSEWHERE:
+        raise AttributeError(f"{name!r} is not among the names albert_edu offers directly; "
+                             f"import it from albert_edu.{_ELSEWHERE[name]}")
     if name not in _HOME:
         raise AttributeError(f"module 'albert_edu' has no attribute {name!r}")
     value = getattr(import_module(f'.{_HOME[name]}', __name__), name)
@@ -52,5 +171,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+def __dir__():  # the public names and the chapters' modules
+    return sorted(set(__all__) | set(_HOME.values()) | set(_ELSEWHERE.values()))

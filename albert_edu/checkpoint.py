@@ -17,6 +17,9 @@ from safetensors.torch import load_file, save_file
 from albert_edu.config import TRANSFORMERS_SHARING, AlbertConfig, transformers_groups
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+# Weights under our own tensor names go to a file of another name: transformers looks for model.safetensors,
+# so it refuses such a directory instead of loading it with a randomly initialised encoder.
+OUR_WEIGHTS = "albert_edu.safetensors"
 GEOMETRY = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
             "intermediate_size")
 _GROUP = "encoder.albert_layer_groups.{}.albert_layers.0."
@@ -121,9 +124,9 @@ LAYOUTS = ("auto", "transformers", "ours")
 
 
 def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
-    """Write config.json and model.safetensors. layout: "transformers" = transformers' tensor names (ValueError
-    when transformers cannot express the sharing strategy); "ours" = our own names; "auto" = transformers'
-    names whenever they can express the model, ours otherwise."""
+    """Write config.json and the weights. layout: "transformers" = model.safetensors with transformers' tensor
+    names (ValueError when transformers cannot express the sharing strategy); "ours" = albert_edu.safetensors
+    with our own names; "auto" = transformers' layout whenever it can express the model, ours otherwise."""
     c, path = model.config, Path(path)
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {LAYOUTS}")
@@ -133,17 +136,20 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
     as_transformers = layout == "transformers" or layout == "auto" and transformers_expressible(c)
     if layout == "auto" and not as_transformers:
         warnings.warn(f"sharing={c.sharing!r} cannot be expressed in transformers' layout: saved with albert_edu's "
-                      f"own tensor names, which albert_edu loads and transformers does not", stacklevel=3)
+                      f"own tensor names in {OUR_WEIGHTS}, which albert_edu loads and transformers refuses",
+                      stacklevel=3)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if as_transformers:
         state = to_transformers_names(state, c)
     path.mkdir(parents=True, exist_ok=True)
-    tmp_weights, tmp_config = path / (WEIGHTS + ".tmp"), path / (CONFIG + ".tmp")
+    weights, other = (WEIGHTS, OUR_WEIGHTS) if as_transformers else (OUR_WEIGHTS, WEIGHTS)
+    tmp_weights, tmp_config = path / (weights + ".tmp"), path / (CONFIG + ".tmp")
     save_file(state, tmp_weights, metadata={"format": "pt"})
     data = config_to_json(c, type(model).__name__, model.checkpoint_fields())
     tmp_config.write_text(json.dumps(data, indent=2) + "\n")
-    tmp_weights.replace(path / WEIGHTS)
+    tmp_weights.replace(path / weights)
     tmp_config.replace(path / CONFIG)
+    (path / other).unlink(missing_ok=True)  # weights of an earlier save in the other layout
 
 
 def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor], dict]:
@@ -151,23 +157,27 @@ def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor], dict]:
     path = Path(path)
     if not (path / CONFIG).is_file():
         raise FileNotFoundError(f"{path / CONFIG} not found: expected a checkpoint directory with {CONFIG} and {WEIGHTS}")
-    if not (path / WEIGHTS).is_file():
+    found = [path / name for name in (WEIGHTS, OUR_WEIGHTS) if (path / name).is_file()]
+    if len(found) > 1:
+        raise ValueError(f"{path} holds both {WEIGHTS} and {OUR_WEIGHTS}; expected one set of weights")
+    if not found:
         pickled = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
         hint = f" ({pickled} are pickles, which albert_edu never loads; convert them to safetensors)" if pickled else ""
         raise FileNotFoundError(f"{path / WEIGHTS} not found{hint}")
+    weights = found[0]
     try:
         data = json.loads((path / CONFIG).read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path / CONFIG} is not valid JSON: {error}") from None
     try:
-        tensors = load_file(path / WEIGHTS)
+        tensors = load_file(weights)
     except (SafetensorError, OSError) as error:
-        raise ValueError(f"{path / WEIGHTS} is not a readable safetensors file (truncated or corrupt?): {error}") from None
+        raise ValueError(f"{weights} is not a readable safetensors file (truncated or corrupt?): {error}") from None
     for tied, source in TIED.items():
         if tied in tensors:  # older checkpoints store the tied decoder twice; it must equal its source
             twin = tensors.get(source)
             if twin is None or not torch.equal(tensors.pop(tied), twin):
-                raise ValueError(f"{path / WEIGHTS}: {tied} differs from {source}, but the decoder must be tied")
+                raise ValueError(f"{weights}: {tied} differs from {source}, but the decoder must be tied")
     return config_from_json(data, path / CONFIG), from_transformers_names(tensors), data
 
 
@@ -224,4 +234,4 @@ def load_pretrained(cls, path):
     return model
 
 
-__all__ = ['WEIGHTS', 'CONFIG', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'LAYOUTS', 'save_pretrained', 'read_checkpoint', 'HEADS', 'FRESH_IF_MISSING', 'load_pretrained']
+__all__ = ['WEIGHTS', 'CONFIG', 'OUR_WEIGHTS', 'GEOMETRY', 'TIED', 'transformers_expressible', 'to_transformers_names', 'from_transformers_names', 'config_to_json', 'config_from_json', 'LAYOUTS', 'save_pretrained', 'read_checkpoint', 'HEADS', 'FRESH_IF_MISSING', 'load_pretrained']

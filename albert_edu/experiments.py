@@ -106,7 +106,8 @@ def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, runs_di
 def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> list[Path]:
     """train_cached for every run, `workers` runs at a time, each on one thread (matrices this small keep one
     thread busy better than two)."""
-    missing = [r for r in runs if not (run_dir(r, runs_dir, data_dir) / "result.json").is_file()]
+    paths = [run_dir(r, runs_dir, data_dir) for r in runs]  # fixed now: editing the code later changes keys
+    missing = [i for i, path in enumerate(paths) if not (path / "result.json").is_file()]
     if missing and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
         # name. So it gets the library's _train_one and plain configurations, even when this cell runs in a
@@ -114,9 +115,12 @@ def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_
         from albert_edu.experiments import _train_one
 
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            list(pool.map(_train_one, [r.name for r in missing], [r.model for r in missing],
-                          [r.training for r in missing], [runs_dir] * len(missing), [data_dir] * len(missing)))
-    return [train_cached(r, runs_dir, data_dir) for r in runs]
+            trained = pool.map(_train_one, *zip(*[(runs[i].name, runs[i].model, runs[i].training, runs_dir, data_dir)
+                                                  for i in missing]))
+            for i, path in zip(missing, trained):
+                paths[i] = path
+    return [path if (path / "result.json").is_file() else train_cached(run, runs_dir, data_dir)
+            for run, path in zip(runs, paths)]
 
 
 def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
@@ -186,7 +190,7 @@ def recipe_training(recipe: str, objective: str, seed: int) -> TrainingConfig:
 
 
 # The learning-rate sweep behind the recipe: MLM-only runs of the experiments' model at T = 128, 600 steps each
-# (about 3 passes over the training split), LAMB at six rates and AdamW at three as a check; the held-out MLM
+# (about five passes over the training split), LAMB at six rates and AdamW at three as a check; the held-out MLM
 # loss decides. `albert-edu experiment --recipe sweep` trains them and writes data/results/sweep.json.
 SWEEP = {"steps": 600, "max_seq_len": 128, "evaluations": 4,
          "lr": {"lamb": (1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 4e-2), "adamw": (3e-4, 1e-3, 3e-3)}}

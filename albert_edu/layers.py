@@ -57,9 +57,15 @@ class AlbertLayer(nn.Module):
     def __init__(self, c: AlbertConfig):
         super().__init__()
         self.attention = AlbertAttention(c)
-        self.feed_forward = AlbertFFN(c)  # holds ffn, ffn_output and LayerNorm, as transformers names them
+        self.feed_forward = AlbertFFN(c)  # ffn, ffn_output and LayerNorm (transformers: full_layer_layer_norm)
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, T, H); allowed: boolean (B, 1, 1, T), True where attention may look, or None for all.
+        (AlbertModel makes `allowed` from a 0/1 attention mask and checks it; here it is checked directly.)"""
+        if allowed is not None and (allowed.dtype != torch.bool or allowed.dim() != 4 or allowed.shape[1:3] != (1, 1)
+                                    or allowed.shape[-1] != x.shape[1]):
+            raise ValueError(f"allowed has dtype {allowed.dtype} and shape {tuple(allowed.shape)}; expected a boolean "
+                             f"tensor of shape (B, 1, 1, {x.shape[1]})")
         return self.feed_forward(self.attention(x, allowed))
 
 

@@ -268,9 +268,11 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     if leftover or micro == 0:
         raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x accumulation "
                          f"= {world} x {config.accumulation}")
-    if out_dir.exists() and any(out_dir.iterdir()) and not resume:
-        raise ValueError(f"{out_dir} is not empty: pass resume=True (--resume) to continue the run in it, "
-                         f"or choose a new directory")
+    started = out_dir.exists() and any(out_dir.iterdir())
+    if started and not resume:
+        raise ValueError(f"{out_dir} is not empty: resume the run in it, or choose a new directory")
+    if resume and not started:  # most likely a mistyped directory: never start afresh in silence
+        raise ValueError(f"{out_dir} holds no run to resume: check the directory, or start without resuming")
     if model_config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"vocab_size={model_config.vocab_size} differs from the tokenizer's {tokenizer.vocab_size}")
     if config.max_seq_len > model_config.max_position_embeddings:

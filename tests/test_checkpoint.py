@@ -8,7 +8,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from albert_edu import AlbertConfig, AlbertForPreTraining, AlbertModel
+from albert_edu import AlbertConfig, AlbertForPreTraining, AlbertModel, to_transformers_config
 
 transformers.utils.logging.disable_progress_bar()
 TINY = AlbertConfig.from_preset("tiny", vocab_size=120, num_hidden_layers=4)
@@ -29,9 +29,8 @@ def test_round_trip_is_exact_in_every_sharing_mode(sharing, groups, tmp_path):
 def test_saved_tensors_have_transformers_names_and_no_tied_duplicates(tmp_path):
     AlbertForPreTraining(TINY).save_pretrained(tmp_path)
     names = set(load_file(tmp_path / "model.safetensors"))
-    expected = set(transformers.AlbertForPreTraining(transformers.AlbertConfig(
-        vocab_size=120, embedding_size=64, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-        intermediate_size=1024)).state_dict()) - {"predictions.decoder.weight", "predictions.decoder.bias"}
+    expected = set(transformers.AlbertForPreTraining(to_transformers_config(TINY)).state_dict()) - \
+        {"predictions.decoder.weight", "predictions.decoder.bias"}
     assert names == expected
 
 
@@ -60,9 +59,21 @@ def test_a_layout_is_one_of_three_names_and_ours_keeps_our_tensor_names(tmp_path
     with pytest.raises(ValueError, match="layout='hf': expected one of"):
         model.save_pretrained(tmp_path, layout="hf")
     assert not any(tmp_path.iterdir())
-    model.save_pretrained(tmp_path, layout="ours")
-    assert set(load_file(tmp_path / "model.safetensors")) == set(model.state_dict())
+    model.save_pretrained(tmp_path, layout="transformers")
+    model.save_pretrained(tmp_path, layout="ours")  # over an earlier save in the other layout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["albert_edu.safetensors", "config.json"]
+    assert set(load_file(tmp_path / "albert_edu.safetensors")) == set(model.state_dict())
     assert AlbertModel.from_pretrained(tmp_path).state_dict().keys() == model.state_dict().keys()
+
+
+def test_transformers_refuses_our_own_layout_instead_of_loading_a_random_encoder(tmp_path):
+    model = AlbertModel(AlbertConfig(**{**TINY.to_dict(), "sharing": "attention"}))
+    model.save_pretrained(tmp_path, layout="ours")
+    with pytest.raises(OSError, match="model.safetensors|pytorch_model.bin"):
+        transformers.AlbertModel.from_pretrained(tmp_path)
+    save_file({}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="holds both model.safetensors and albert_edu.safetensors"):
+        AlbertModel.from_pretrained(tmp_path)
 
 
 def test_model_without_projection_saves_an_identity_map_and_loads_back_without_it(tmp_path):
@@ -83,9 +94,9 @@ def test_model_declared_without_projection_round_trips(tmp_path):
 
 
 def test_transformers_checkpoint_with_a_real_projection_at_E_equal_H_keeps_it(tmp_path):
-    transformers.AlbertModel(transformers.AlbertConfig(
+    transformers.AlbertModel(to_transformers_config(AlbertConfig(
         vocab_size=50, embedding_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64)).save_pretrained(tmp_path)
+        intermediate_size=64))).save_pretrained(tmp_path)
     ours = AlbertModel.from_pretrained(tmp_path)
     assert ours.config.embedding_projection is True and ours.embeddings.projection is not None
 

@@ -102,8 +102,8 @@ def test_the_sweep_varies_only_the_learning_rate_and_the_optimizer():
     runs = experiments.sweep_runs()
     assert len({r.name for r in runs}) == len(runs) == sum(map(len, experiments.SWEEP["lr"].values()))
     assert len({r.model for r in runs}) == 1 and {r.training.objective for r in runs} == {"none"}
-    fixed = {replace(r.training, lr=1.0, optimizer="lamb") for r in runs}
-    assert len(fixed) == 1 and next(iter(fixed)).max_seq_len == 128
+    fixed = [replace(r.training, lr=1.0, optimizer="lamb") for r in runs]
+    assert all(f == fixed[0] for f in fixed) and fixed[0].max_seq_len == 128
 
 
 def test_the_stored_full_results_belong_to_the_current_full_recipe():

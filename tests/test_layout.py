@@ -64,8 +64,9 @@ def test_the_front_door_offers_exactly_the_names_book_toml_calls_public():
     assert len(listed) <= 40, "the front door should hold what a reader calls, not every helper"
     for name in listed:
         assert getattr(albert_edu, name) is not None
-    with pytest.raises(AttributeError, match="split_sentences"):
-        albert_edu.split_sentences  # a helper stays in its module
+    with pytest.raises(AttributeError, match="import it from albert_edu.corpus"):
+        albert_edu.split_sentences  # a helper stays in its module, and the front door says which
+    assert not [name for name in dir(albert_edu) if name.startswith("_")]
     from albert_edu.corpus import split_sentences  # noqa: F401  (and is reached there)
 
 

@@ -218,9 +218,9 @@ def test_sequence_classification_with_one_label_is_regression():
 @pytest.mark.parametrize("num_labels", [1, 2, 3])
 def test_transformers_classifier_loads_with_equal_logits_and_back(num_labels, tmp_path):
     torch.manual_seed(num_labels)
-    theirs = transformers.AlbertForSequenceClassification(transformers.AlbertConfig(
+    theirs = transformers.AlbertForSequenceClassification(to_transformers_config(AlbertConfig(
         vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, num_labels=num_labels)).eval()
+        intermediate_size=64), num_labels=num_labels)).eval()
     theirs.save_pretrained(tmp_path / "theirs")
     ours = AlbertForSequenceClassification.from_pretrained(tmp_path / "theirs").eval()
     ids = torch.randint(5, 100, (3, 7))
@@ -249,9 +249,9 @@ def test_transformers_base_model_checkpoint_loads_with_equal_outputs(tmp_path):
 
 def test_masked_lm_checkpoint_without_pooler_loads_with_a_warning(tmp_path):
     torch.manual_seed(0)
-    theirs = transformers.AlbertForMaskedLM(transformers.AlbertConfig(
+    theirs = transformers.AlbertForMaskedLM(to_transformers_config(AlbertConfig(
         vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64)).eval()
+        intermediate_size=64))).eval()
     theirs.save_pretrained(tmp_path)
     with pytest.warns(UserWarning, match="initialized them randomly"):
         ours = AlbertForPreTraining.from_pretrained(tmp_path).eval()
@@ -268,3 +268,15 @@ def test_dropout_is_active_only_in_training(dropout):
     assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
     model.eval()
     assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+@pytest.mark.parametrize("allowed", [torch.ones(2, 1, 1, 5), torch.ones(2, 1, 1, 5, dtype=torch.long),
+                                     torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 1, 1, 4, dtype=torch.bool)],
+                         ids=["float", "long", "two-dimensional", "too-short"])
+def test_a_layer_refuses_a_mask_that_is_not_boolean_b_1_1_t(allowed):
+    from albert_edu import AlbertLayer
+
+    layer = AlbertLayer(AlbertConfig.from_preset("tiny"))
+    with pytest.raises(ValueError, match=r"expected a boolean tensor of shape \(B, 1, 1, 5\)"):
+        layer(torch.randn(2, 5, 256), allowed)
+    assert layer(torch.randn(2, 5, 256), torch.ones(2, 1, 1, 5, dtype=torch.bool)).shape == (2, 5, 256)

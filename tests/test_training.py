@@ -165,7 +165,13 @@ def test_cli_refuses_a_non_empty_out_without_resume(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "something").write_text("x")
     result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run")], capture_output=True, text=True)
-    assert result.returncode != 0 and "is not empty: pass resume=True (--resume)" in result.stderr
+    assert result.returncode != 0 and "is not empty: resume the run in it, or choose a new directory" in result.stderr
+
+
+def test_resuming_where_there_is_no_run_is_an_error_not_a_fresh_start(tmp_path):
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "typo"), "--resume"], capture_output=True, text=True)
+    assert result.returncode == 1 and "holds no run to resume" in result.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_cli_reports_missing_data(tmp_path):

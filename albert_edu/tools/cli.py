@@ -161,13 +161,13 @@ def pretrain(args) -> None:
 # ---- chapters 8 and 9: the experiments ----------------------------------------------------------------------
 
 def configure_experiment(p: argparse.ArgumentParser) -> None:
-    from albert_edu.experiments import RECIPES, RESULTS_DIR, RUNS_DIR
+    from albert_edu.experiments import RECIPES, RESULTS_DIR
 
     p.add_argument("--recipe", default="book", choices=[*sorted(RECIPES), "sweep"],
                    help="book (minutes, the chapters' live runs), full (about an hour on 2 cores; the results "
                         "the chapters show) or sweep (the learning-rate sweep behind the recipe)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
-    p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the run cache (default: DATA_DIR/runs)")
+    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
     p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
     _data_dir_option(p)
 
@@ -181,10 +181,11 @@ def experiment(args) -> None:
                            f"`{PROG} train-tokenizer` first")
     if args.workers < 1:
         raise CommandError(f"--workers {args.workers}: expected at least 1")
+    runs_dir = args.runs_dir or args.data_dir / "runs"
     if args.recipe == "sweep":
-        results = sweep_results(args.runs_dir, args.data_dir, args.workers)
+        results = sweep_results(runs_dir, args.data_dir, args.workers)
     else:
-        results = experiment_results(args.recipe, args.runs_dir, args.data_dir, args.workers)
+        results = experiment_results(args.recipe, runs_dir, args.data_dir, args.workers)
     out = args.out or RESULTS_DIR / f"{args.recipe}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -112,14 +112,20 @@ def init_source(owners: dict[str, tuple[str, Chapter]]) -> str:
              "",
              "_HOME = {"]
     for name, (module, chapter) in owners.items():
-        if name not in chapter.public:
-            continue
-        lines.append(f"    {name!r}: {module!r},  # {chapter.file}")
+        if name in chapter.public:
+            lines.append(f"    {name!r}: {module!r},  # {chapter.file}")
     lines += ["}",
+              "# the other names of the chapters' modules: albert_edu.X says where they are",
+              "_ELSEWHERE = {",
+              *(f"    {n!r}: {m!r}," for n, (m, c) in owners.items() if n not in c.public),
+              "}",
               "__all__ = list(_HOME)",
               "",
               "",
               "def __getattr__(name):",
+              "    if name in _ELSEWHERE:",
+              "        raise AttributeError(f\"{name!r} is not among the names albert_edu offers directly; \"",
+              "                             f\"import it from albert_edu.{_ELSEWHERE[name]}\")",
               "    if name not in _HOME:",
               "        raise AttributeError(f\"module 'albert_edu' has no attribute {name!r}\")",
               "    value = getattr(import_module(f'.{_HOME[name]}', __name__), name)",
@@ -127,8 +133,8 @@ def init_source(owners: dict[str, tuple[str, Chapter]]) -> str:
               "    return value",
               "",
               "",
-              "def __dir__():",
-              "    return sorted(set(globals()) | set(__all__))",
+              "def __dir__():  # the public names and the chapters' modules",
+              "    return sorted(set(__all__) | set(_HOME.values()) | set(_ELSEWHERE.values()))",
               ""]
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ import argparse
 import torch
 import transformers
 
-from albert_edu import AlbertConfig, AlbertForPreTraining
+from albert_edu import AlbertConfig, AlbertForPreTraining, to_transformers_config
 from albert_edu.notebook import time_interleaved
 
 SHAPE = dict(vocab_size=8000, embedding_size=64, hidden_size=256, num_hidden_layers=6, num_attention_heads=4,
@@ -27,7 +27,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     ours = AlbertForPreTraining(AlbertConfig(**SHAPE))
-    theirs = transformers.AlbertForPreTraining(transformers.AlbertConfig(**SHAPE, attn_implementation="sdpa"))
+    theirs = transformers.AlbertForPreTraining(to_transformers_config(AlbertConfig(**SHAPE), attn_implementation="sdpa"))
     ids = torch.randint(5, SHAPE["vocab_size"], (args.batch, args.length))
     labels = torch.where(torch.rand(ids.shape) < 0.15, ids, torch.full_like(ids, -100))
     order = torch.randint(0, 2, (args.batch,))
