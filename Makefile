@@ -37,7 +37,7 @@ test: data
 lab: data
 	$(BIN)/jupyter lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
-# Chapters 8-9's runs: RECIPE=book (minutes) or RECIPE=full (about an hour on 2 cores; writes data/results/full.json).
+# Chapters 8-9's runs: RECIPE=book (minutes), pilot or full (hours on 2 cores; write data/results/RECIPE.json).
 RECIPE ?= book
 experiment: data
 	$(BIN)/albert-edu experiment --recipe $(RECIPE)

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from albert_edu.corpus import DATA_DIR, load_documents
-from albert_edu.experiments import RUNS_DIR, figure1_runs, provenance, run_summary, score, table5_runs, train_all
+from albert_edu.experiments import (RUNS_DIR, diagnostic_runs, figure1_runs, held_out_pairs, provenance,
+                                    run_summary, score, table5_runs, train_all, trunk_run)
 from albert_edu.model import AlbertModel
 from albert_edu.pretraining_data import Example, collate, segment_pairs
 from albert_edu.tokenizer import Tokenizer
@@ -89,13 +90,23 @@ def figure1_curves(path, data_dir=DATA_DIR, count: int = 128, max_seq_len: int =
 
 def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> dict:
     """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs, trained now or
-    taken from the run cache, scored with today's scoring code, with the command, machine and time."""
-    table5, figure1 = table5_runs(recipe), figure1_runs(recipe)
-    runs = table5 + [r for r in figure1.values() if r not in table5]  # the ALBERT-style run is also a Table 5 run
+    taken from the run cache, scored with today's scoring code (every run's answers stored beside its scores,
+    and once what the scored pairs are), with the command, machine and time."""
+    table5, diagnostic, figure1 = table5_runs(recipe), diagnostic_runs(recipe), figure1_runs(recipe)
+    runs = table5 + diagnostic + [r for r in figure1.values() if r not in table5]  # ALBERT-style is a Table 5 run
     started = time.perf_counter()
     paths = train_all(runs, runs_dir, data_dir, workers=workers)
-    summaries = [run_summary(p) | {"scores": score(p, data_dir, r.training.max_seq_len)} for r, p in zip(runs, paths)]
-    return {**provenance(recipe, workers, summaries, started), "table5": summaries[:len(table5)],
+    summaries = []
+    for run, path in zip(runs, paths):
+        predictions = {}
+        scores = score(path, data_dir, run.training.max_seq_len, predictions=predictions)
+        summaries.append(run_summary(path) | {"scores": scores, "predictions": predictions})
+    trunks = [r for r in (trunk_run(recipe), trunk_run(recipe, "none")) if r is not None]
+    trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers=workers)]
+    lengths = {run.training.max_seq_len for run in runs}
+    return {**provenance(recipe, workers, summaries + trunk_summaries, started), "trunks": trunk_summaries,
+            "pairs": {str(length): held_out_pairs(data_dir, length) for length in sorted(lengths)},  # by T
+            "table5": summaries[:len(table5)], "diagnostic": summaries[len(table5):len(table5) + len(diagnostic)],
             "figure1": {style: summaries[runs.index(r)] | {"transitions": figure1_curves(paths[runs.index(r)], data_dir)}
                         for style, r in figure1.items()}}
 

@@ -6,26 +6,30 @@
 import ast
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import albert_edu
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
+from albert_edu.pretraining_data import Example
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.training import TrainingConfig, predict, pretrain, validation_examples
 
 RUNS_DIR = DATA_DIR / "runs"  # the cache of trained runs (not in git)
-RESULTS_DIR = DATA_DIR / "results"  # results of the full recipe (in git)
+RESULTS_DIR = DATA_DIR / "results"  # results of the long recipes (in git)
 # The files a run's outcome depends on besides its settings: the data, and the code that trains.
 DATA_FILES = ("prepared/train.jsonl", "prepared/validation.jsonl", "tokenizer/spiece.model")
 
@@ -50,17 +54,23 @@ CODE_FILES = code_files()
 
 @dataclass(frozen=True)
 class Run:
-    """One pre-training run: a model, how it is trained, and a name for tables and figures."""
+    """One pre-training run: a model, how it is trained, and a name for tables and figures. A run with a
+    `start` continues pre-training from the weights of that finished run (all but its pair head)."""
     name: str
     model: AlbertConfig
     training: TrainingConfig
+    start: "Run | None" = None
 
 
 def run_key(run: Run, data_dir: Path = DATA_DIR) -> str:
     """A fingerprint of everything that decides the trained weights: both configurations (the seed among
-    them), the bytes of the data and the source of the training code. Change any of them and the run is new."""
+    them), the bytes of the data, the source of the training code and the key of the run it starts from.
+    Change any of them and the run is new."""
     digest = hashlib.sha256()
-    digest.update(json.dumps({"model": run.model.to_dict(), "training": asdict(run.training)}, sort_keys=True).encode())
+    what = {"model": run.model.to_dict(), "training": asdict(run.training)}
+    if run.start is not None:
+        what["start"] = run_key(run.start, data_dir)
+    digest.update(json.dumps(what, sort_keys=True).encode())
     for name in DATA_FILES:
         digest.update(name.encode() + (Path(data_dir) / name).read_bytes())
     package = Path(albert_edu.__file__).parent
@@ -76,20 +86,26 @@ def run_dir(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR) -> P
 def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, threads: int | None = None) -> Path:
     """The directory of a finished run: trained now, or earlier by any chapter or command (the cache).
     Training happens in a temporary directory that is renamed when complete, so a killed run leaves no
-    half-written entry, only a temporary directory that the next attempt clears."""
+    half-written entry, only a temporary directory that the next attempt clears. A run with a start trains
+    (or finds) that run first."""
     final = run_dir(run, runs_dir, data_dir)
     if (final / "result.json").is_file():
         return final
-    if threads:
-        torch.set_num_threads(threads)
+    start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    started = time.perf_counter()
-    pretrain(run.model, run.training, tmp, data_dir=Path(data_dir), progress=False)
+    started, predictions, previous = time.perf_counter(), {}, torch.get_num_threads()
+    torch.set_num_threads(threads or previous)
+    try:
+        pretrain(run.model, run.training, tmp, data_dir=Path(data_dir), progress=False, init_from=start)
+        seconds = round(time.perf_counter() - started, 1)
+        scores = score(tmp, data_dir, run.training.max_seq_len, predictions=predictions)
+    finally:
+        torch.set_num_threads(previous)  # the caller's setting, for whatever it runs next
     shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
     result = {"name": run.name, "key": run_key(run, data_dir), "model": run.model.to_dict(),
-              "training": asdict(run.training), "seconds": round(time.perf_counter() - started, 1),
-              "scores": score(tmp, data_dir, run.training.max_seq_len)}
+              "training": asdict(run.training), "start": None if start is None else start.name,
+              "seconds": seconds, "scores": scores, "predictions": predictions}
     (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     if final.exists():  # another process finished the same run first; both are equal, keep theirs
         shutil.rmtree(tmp)
@@ -98,28 +114,33 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
     return final
 
 
-def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, runs_dir: Path, data_dir: Path) -> Path:
+def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, start: Run | None, runs_dir: Path,
+               data_dir: Path) -> Path:
     """What a worker process of train_all runs, on one thread."""
-    return train_cached(Run(name, model, training), runs_dir, data_dir, threads=1)
+    return train_cached(Run(name, model, training, start), runs_dir, data_dir, threads=1)
 
 
 def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> list[Path]:
     """train_cached for every run, `workers` runs at a time, each on one thread (matrices this small keep one
-    thread busy better than two)."""
+    thread busy better than two). The runs that others start from are trained first, each once; a lone missing
+    run trains in this process on `workers` threads."""
+    starts = {run_key(r.start, data_dir): r.start for r in runs if r.start is not None}
+    if starts:
+        train_all(list(starts.values()), runs_dir, data_dir, workers)
     paths = [run_dir(r, runs_dir, data_dir) for r in runs]  # fixed now: editing the code later changes keys
     missing = [i for i, path in enumerate(paths) if not (path / "result.json").is_file()]
-    if missing and workers > 1:
+    if len(missing) > 1 and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
         # name. So it gets the library's _train_one and plain configurations, even when this cell runs in a
         # notebook, whose own definitions no other process can import.
         from albert_edu.experiments import _train_one
 
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            trained = pool.map(_train_one, *zip(*[(runs[i].name, runs[i].model, runs[i].training, runs_dir, data_dir)
-                                                  for i in missing]))
+            trained = pool.map(_train_one, *zip(*[(runs[i].name, runs[i].model, runs[i].training, runs[i].start,
+                                                   runs_dir, data_dir) for i in missing]))
             for i, path in zip(missing, trained):
                 paths[i] = path
-    return [path if (path / "result.json").is_file() else train_cached(run, runs_dir, data_dir)
+    return [path if (path / "result.json").is_file() else train_cached(run, runs_dir, data_dir, threads=workers)
             for run, path in zip(runs, paths)]
 
 
@@ -133,18 +154,36 @@ def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
     return sum(recalls) / len(recalls)
 
 
-def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict[str, float]:
-    """A trained model's held-out scores on every held-out example of `passes` example-creation passes (about
-    3,400 pairs per task at 64 tokens, so a standard error under a point at 50%): MLM accuracy (on the SOP
-    examples, as chapter 7's evaluate), and for each pair task the accuracy, the majority-class rate and the
-    balanced accuracy."""
+def held_out_examples(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict[str, list[Example]]:
+    """Every held-out SOP and NSP example of `passes` example-creation passes over the held-out documents:
+    each document is cut into pairs `passes` times, differently each time."""
     tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
     documents = load_documents("validation", Path(data_dir))
-    model = AlbertForPreTraining.from_pretrained(path)
     examples = {"sop": [], "nsp": []}
     for p in range(passes):
         for task, subset in validation_examples(documents, tokenizer, max_seq_len, max_examples=None, seed=p).items():
             examples[task] += subset
+    return examples
+
+
+def held_out_pairs(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict:
+    """What every scored pair is, in score's order, compactly: its label and whether it is whole (strings of
+    0s and 1s) and its document. Together with a run's stored answers, this recomputes every pair-task figure."""
+    return {task: {"labels": "".join(str(e.pair_label) for e in subset),
+                   "whole": "".join(str(int(e.whole)) for e in subset),
+                   "documents": [e.document for e in subset]}
+            for task, subset in held_out_examples(data_dir, max_seq_len, passes).items()}
+
+
+def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4,
+          predictions: dict | None = None) -> dict[str, float]:
+    """A trained model's held-out scores on held_out_examples: MLM loss and accuracy (on the SOP examples, as
+    chapter 7's evaluate), and for each pair task the accuracy, the majority-class rate and the balanced
+    accuracy. `predictions`, when given, receives what a reader needs to recompute them: the answer to every
+    pair (a string of 0s and 1s per task) and, per held-out document, the masked pieces, how many of them the
+    model got right and the sum of its cross-entropy on them."""
+    model = AlbertForPreTraining.from_pretrained(path)
+    examples = held_out_examples(data_dir, max_seq_len, passes)
     scores = {"examples": len(examples["sop"])}
     for task, subset in examples.items():
         seen = predict(model, subset)
@@ -152,9 +191,19 @@ def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: 
         scores[f"{task}_accuracy"] = sum(a == y for a, y in zip(answers, labels)) / len(labels)
         scores[f"{task}_majority"] = max(sum(labels), len(labels) - sum(labels)) / len(labels)
         scores[f"{task}_balanced"] = balanced_accuracy(answers, labels)
+        if predictions is not None:
+            predictions[task] = "".join(map(str, answers))
         if task == "sop":
             scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
             scores["mlm_loss"] = seen["mlm_loss_sum"] / seen["mlm_total"]
+            if predictions is not None:
+                by_document = {"count": Counter(), "right": Counter(), "loss": Counter()}
+                for e, right, loss in zip(subset, seen["mlm_right_each"], seen["mlm_loss_each"]):
+                    for key, value in (("count", len(e.mlm_positions)), ("right", right), ("loss", loss)):
+                        by_document[key][e.document] += value
+                documents = sorted(by_document["count"])
+                predictions["mlm_by_document"] = {"documents": documents, **{
+                    key: [round(counts[d], 4) for d in documents] for key, counts in by_document.items()}}
     return scores
 
 
@@ -170,10 +219,13 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
                                     sharing=sharing)
 
 
-# Two sizes of the same experiment. "book" fits in the chapters' time budget; "full" is the longer run whose
-# results the chapters show, produced by `albert-edu experiment --recipe full`.
-RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0},
-           "full": {"steps": 2500, "seeds": (0, 1), "evaluations": 6}}  # held-out evaluations during training
+# Sizes of the same experiment, each produced by `albert-edu experiment --recipe NAME`. "book" fits in the
+# chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept because
+# its results are the ones the chapters show until "full" has run. "full" follows the learning-rate sweep:
+# T = 128, one MLM-only trunk of trunk_steps, continued with each objective for `steps` steps and three seeds.
+RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0},
+           "pilot": {"steps": 2500, "seeds": (0, 1), "evaluations": 6, "max_seq_len": 64, "trunk_steps": 0},
+           "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000}}
 
 
 def check_recipe(recipe: str) -> dict:
@@ -182,11 +234,23 @@ def check_recipe(recipe: str) -> dict:
     return RECIPES[recipe]
 
 
-def recipe_training(recipe: str, objective: str, seed: int) -> TrainingConfig:
-    steps, evaluations = (check_recipe(recipe)[key] for key in ("steps", "evaluations"))
-    return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=64, seed=seed, lr=5e-3,
-                          warmup_steps=steps // 15, eval_every=steps // evaluations if evaluations else 0,
-                          log_every=10)
+def recipe_training(recipe: str, objective: str, seed: int, steps: int | None = None,
+                    mlm_weight: float = 1.0) -> TrainingConfig:
+    """How every run of a recipe trains: LAMB at the sweep's best rate, warm-up over the first 1/15 of the steps."""
+    settings = check_recipe(recipe)
+    steps, evaluations = steps or settings["steps"], settings["evaluations"]
+    return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=settings["max_seq_len"],
+                          seed=seed, lr=5e-3, warmup_steps=steps // 15, log_every=10, mlm_weight=mlm_weight,
+                          eval_every=steps // evaluations if evaluations else 0)
+
+
+def trunk_run(recipe: str, sharing: str = "all") -> Run | None:
+    """The MLM-only run that the recipe's runs continue from, or None when they start from scratch."""
+    steps = check_recipe(recipe)["trunk_steps"]
+    if not steps:
+        return None
+    return Run(f"trunk-{recipe}" + ("" if sharing == "all" else "-unshared"), experiment_model(sharing),
+               recipe_training(recipe, "none", 0, steps=steps))
 
 
 # The learning-rate sweep behind the recipe: MLM-only runs of the experiments' model at T = 128, 600 steps each
@@ -206,16 +270,26 @@ def sweep_runs() -> list[Run]:
 
 
 def table5_runs(recipe: str = "book") -> list[Run]:
-    """Three objectives x the recipe's seeds, one model geometry, everything else equal."""
-    return [Run(f"{objective}-s{seed}-{recipe}", experiment_model("all"), recipe_training(recipe, objective, seed))
-            for objective in ("none", "nsp", "sop") for seed in check_recipe(recipe)["seeds"]]
+    """Three objectives x the recipe's seeds, one model geometry (and one trunk), everything else equal."""
+    return [Run(f"{objective}-s{seed}-{recipe}", experiment_model("all"), recipe_training(recipe, objective, seed),
+                trunk_run(recipe)) for objective in ("none", "nsp", "sop") for seed in check_recipe(recipe)["seeds"]]
+
+
+def diagnostic_runs(recipe: str = "full") -> list[Run]:
+    """The SOP head trained alone (MLM weight 0) on the trunk, one seed: how far order can be learned from what
+    the trunk knows, whatever MLM training does to it. Only for recipes with a trunk."""
+    if trunk_run(recipe) is None:
+        return []
+    return [Run(f"sop-only-s0-{recipe}", experiment_model("all"), recipe_training(recipe, "sop", 0, mlm_weight=0.0),
+                trunk_run(recipe))]
 
 
 def figure1_runs(recipe: str = "book") -> dict[str, Run]:
-    """BERT-style (nothing shared) and ALBERT-style (all shared) models of one geometry, trained alike with SOP.
-    The ALBERT-style run is table5_runs' SOP run of seed 0, so the cache trains it once for both chapters."""
+    """BERT-style (nothing shared) and ALBERT-style (all shared) models of one geometry, trained alike with SOP
+    (each from its own trunk, if the recipe has trunks). The ALBERT-style run is table5_runs' SOP run of seed 0,
+    so the cache trains it once for both chapters."""
     return {style: Run(f"sop-s0-{recipe}" if sharing == "all" else f"sop-s0-{recipe}-unshared",
-                       experiment_model(sharing), recipe_training(recipe, "sop", 0))
+                       experiment_model(sharing), recipe_training(recipe, "sop", 0), trunk_run(recipe, sharing))
             for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all"))}
 
 
@@ -248,4 +322,51 @@ def run_summary(path: Path, loss_every: int = 50) -> dict:
             "loss": [[r["step"], r["loss"]] for r in records if "loss" in r and r["step"] % loss_every == 0]}
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'SWEEP', 'sweep_runs', 'table5_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary']
+def bits(text: str) -> np.ndarray:
+    """A stored string of 0s and 1s (answers, labels) as an array of integers."""
+    return np.frombuffer(text.encode(), dtype=np.uint8) - ord("0")
+
+
+def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0) -> np.ndarray:
+    """A per-document bootstrap as weights, one row per draw and one column per pair (or per document, given
+    one entry per document): row 0 is the data itself (every weight 1); every other row draws as many
+    documents as there are, with replacement, and weighs each pair by how often its document was drawn.
+    The same seed draws the same documents whatever the pairs, so models scored alike are resampled alike."""
+    if draws < 1:
+        raise ValueError(f"draws={draws}: expected at least 1")
+    ids, index = np.unique(np.asarray(documents), return_inverse=True)
+    counts = np.random.default_rng(seed).multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=draws)
+    return np.vstack([np.ones((1, len(ids))), counts])[:, index]
+
+
+def weighted_balanced_accuracy(answers, labels, weights: np.ndarray) -> np.ndarray:
+    """balanced_accuracy under each row of `weights`. `answers` may be fractions: given each pair's share of
+    seeds that answered 1, it returns the mean of the seeds' balanced accuracies."""
+    answers, labels = np.asarray(answers, dtype=float), np.asarray(labels)
+    recalls = [(weights * np.where(labels == c, answers if c == 1 else 1 - answers, 0)).sum(-1)
+               / (weights * (labels == c)).sum(-1) for c in (0, 1)]
+    return (recalls[0] + recalls[1]) / 2
+
+
+def interval(replicates: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of a statistic's bootstrap replicates (row 0, the data itself, left out)."""
+    tail = 50 * (1 - level)
+    low, high = np.percentile(replicates[1:], [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def clustered_mcnemar(right_a, right_b, documents: list[int]) -> tuple[float, float]:
+    """McNemar's test of two models answering the same pairs, made valid for pairs that come in documents
+    (Durkalski et al., 2003). Per document k, d_k = (pairs only A got right) - (pairs only B got right); under
+    no difference the statistic (sum of d_k)^2 / (sum of d_k^2) is chi-square with one degree of freedom.
+    Returns (statistic, two-sided p). right_a, right_b: 1/0 per pair, or shares of seeds that got it right."""
+    difference = np.asarray(right_a, dtype=float) - np.asarray(right_b, dtype=float)
+    ids, index = np.unique(np.asarray(documents), return_inverse=True)
+    d = np.bincount(index, weights=difference, minlength=len(ids))
+    if not d.any():
+        return 0.0, 1.0
+    statistic = float(d.sum() ** 2 / (d ** 2).sum())
+    return statistic, math.erfc(math.sqrt(statistic / 2))
+
+
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar']

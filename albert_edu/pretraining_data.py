@@ -25,6 +25,8 @@ class Example:
     mlm_positions: list[int]  # sorted positions to predict
     mlm_labels: list[int]  # the original ids at those positions
     pair_label: int  # SOP: 1 = swapped; NSP: 1 = B from another document; always 0 for "none"
+    document: int = -1  # the index of the document A came from in create_examples' list (-1: not recorded)
+    whole: bool = True  # False when truncate_pair shortened the pair, so that A or B stops inside a sentence
 
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Random) -> None:
@@ -35,11 +37,13 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Rando
 
 
 def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len: int, rng: random.Random,
-                  short_seq_prob: float = 0.1, counts: Counter | None = None):
+                  short_seq_prob: float = 0.1, counts: Counter | None = None, sources: list | None = None):
     """Yield (A, B, label) from tokenized documents (documents -> sentences -> ids), following the reference
     recipe: fill chunks with whole sentences up to a target length (for a fraction short_seq_prob of the
     documents a random shorter one), cut each at a random sentence boundary, then make the pair the objective
-    asks for. `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens."""
+    asks for. `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens;
+    `sources` receives for each pair, as it is yielded, (index of A's document in `documents`, whether the
+    pair is whole: not shortened by truncate_pair)."""
     counts = Counter() if counts is None else counts
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
@@ -47,7 +51,8 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
     if max_tokens < 2:
         raise ValueError(f"max_seq_len={max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
     documents = [[s for s in document if s] for document in documents]
-    documents = [document for document in documents if document]
+    origin = [d for d, document in enumerate(documents) if document]  # the caller's index of each kept document
+    documents = [documents[d] for d in origin]
     for d, document in enumerate(documents):
         target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
         chunk, length, i = [], 0, 0
@@ -64,6 +69,8 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
                     counts["pairs"] += 1
                     a, b, label, unused = pair
                     i -= unused  # NSP: sentences not used for A go back into the stream
+                    if sources is not None:
+                        sources.append((origin[d], len(a) + len(b) <= max_tokens))
                     truncate_pair(a, b, max_tokens, rng)
                     yield a, b, label
                 chunk, length = [], 0
@@ -151,14 +158,17 @@ def mask_ngrams(ids: list[int], tokenizer: Tokenizer, rng: random.Random, mask_p
 
 def create_examples(documents: list[Document], tokenizer: Tokenizer, objective: str, max_seq_len: int,
                     seed: int) -> list[Example]:
-    """Every example of one pass over the documents, in a deterministic order for a given seed."""
+    """Every example of one pass over the documents, in a deterministic order for a given seed, each with the
+    index of its document in `documents` (the unit that chapter 8's statistics resample)."""
     rng = random.Random(seed)
     tokenized = [tokenizer.encode_batch(d.sentences) for d in documents]
-    examples = []
-    for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng):
+    examples, sources = [], []
+    for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng, sources=sources):
         ids, types = tokenizer.encode_pair(a, b)
         masked, positions, labels = mask_ngrams(ids, tokenizer, rng)
-        examples.append(Example(masked, types, positions, labels, label if objective != "none" else 0))
+        document, whole = sources[-1]
+        examples.append(Example(masked, types, positions, labels, label if objective != "none" else 0,
+                                document, whole))
     return examples
 
 

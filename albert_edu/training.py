@@ -46,6 +46,7 @@ class TrainingConfig:
     save_every: int = 0  # 0: checkpoint only at the end
     eval_every: int = 0  # 0: evaluate only at the end
     log_every: int = 10
+    mlm_weight: float = 1.0  # the MLM loss's weight; 0 trains the pair head alone (chapter 8's diagnostic)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -62,6 +63,9 @@ class TrainingConfig:
         for name in ("warmup_steps", "save_every", "eval_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a non-negative integer (0: never)")
+        if not self.mlm_weight >= 0 or (self.mlm_weight == 0 and self.objective == "none"):
+            raise ValueError(f"mlm_weight={self.mlm_weight} with objective={self.objective!r}: expected a weight >= 0, "
+                             f"and above 0 when there is no pair objective")
 
 
 class ExampleStream:
@@ -190,18 +194,26 @@ def eval_mode(model: torch.nn.Module):
 @torch.no_grad()
 def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
     """One pass over examples without dropout: the pair head's answers and the true pair labels, one per
-    example, and over the masked pieces how many the MLM head gets right and the sum of its cross-entropy."""
-    out = {"answers": [], "labels": [], "mlm_right": 0, "mlm_total": 0, "mlm_loss_sum": 0.0}
+    example; per example how many masked pieces the MLM head gets right and the sum of its cross-entropy over
+    them ("mlm_right_each", "mlm_loss_each"); and the totals over all masked pieces."""
+    out = {"answers": [], "labels": [], "mlm_right_each": [], "mlm_loss_each": []}
     with eval_mode(model):
         for start in range(0, len(examples), batch_size):
             batch = collate(examples[start:start + batch_size])
             out["labels"] += batch.pop("sentence_order_label").tolist()
             result = model(**batch)
             out["answers"] += result.sop_logits.argmax(-1).tolist()
-            masked = batch["labels"][batch["labels"] != -100]
-            out["mlm_right"] += int((result.masked_lm_logits.argmax(-1) == masked).sum())
-            out["mlm_loss_sum"] += F.cross_entropy(result.masked_lm_logits, masked, reduction="sum").item()
-            out["mlm_total"] += len(masked)
+            labelled = batch["labels"] != -100
+            rows = labelled.nonzero()[:, 0]  # the example of each masked piece, in masked_lm_logits' row order
+            masked = batch["labels"][labelled]
+            right = (result.masked_lm_logits.argmax(-1) == masked).double()
+            loss = F.cross_entropy(result.masked_lm_logits, masked, reduction="none").double()
+            per_example = torch.zeros(len(labelled), 2, dtype=torch.float64)
+            per_example.index_add_(0, rows, torch.stack([right, loss], 1))
+            out["mlm_right_each"] += per_example[:, 0].int().tolist()
+            out["mlm_loss_each"] += per_example[:, 1].tolist()
+    out["mlm_right"], out["mlm_loss_sum"] = sum(out["mlm_right_each"]), sum(out["mlm_loss_each"])
+    out["mlm_total"] = sum(len(e.mlm_positions) for e in examples)
     return out
 
 
@@ -241,7 +253,8 @@ def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int,
         n = int((batch["labels"] != -100).sum())
         mlm = out.mlm_loss * (n / labelled)
         pair = out.sop_loss * (len(pairs) / config.batch_size) if out.sop_loss is not None else torch.zeros(())
-        ((mlm + pair) * world).backward()
+        loss = pair if config.mlm_weight == 0 else config.mlm_weight * mlm + pair  # 0: the MLM head gets no gradient
+        (loss * world).backward()
         parts += torch.stack([mlm.detach(), pair.detach()])
     return parts
 
@@ -260,9 +273,23 @@ class PretrainingRun:
     micro: int  # sequences per forward pass: batch_size / (world x accumulation)
 
 
+def continue_from(model: AlbertForPreTraining, path: Path) -> None:
+    """Continued pre-training: give `model` every weight of the model saved in `path` but the pair head's, which
+    keeps its fresh initialization (a new pair task starts from a new head)."""
+    start = AlbertForPreTraining.from_pretrained(path)
+    if start.config != model.config:
+        raise ValueError(f"{path} holds a model of another configuration: {start.config} (expected {model.config})")
+    head = "sop_classifier."
+    missing, unexpected = model.load_state_dict(
+        {name: value for name, value in start.state_dict().items() if not name.startswith(head)}, strict=False)
+    if unexpected or not all(name.startswith(head) for name in missing):
+        raise ValueError(f"{path}: weights that do not fit: missing {missing}, unexpected {unexpected}")
+
+
 def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path, resume: bool,
-              data_dir: Path, tokenizer: Tokenizer) -> PretrainingRun:
-    """A new run, or the run in out_dir continued from its last checkpoint (resume=True)."""
+              data_dir: Path, tokenizer: Tokenizer, init_from: Path | None = None) -> PretrainingRun:
+    """A new run, or the run in out_dir continued from its last checkpoint (resume=True). init_from: start
+    from the weights of the model saved there (continue_from) instead of a random initialization."""
     rank, world = distributed_setup()
     micro, leftover = divmod(config.batch_size, world * config.accumulation)
     if leftover or micro == 0:
@@ -280,6 +307,8 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
                          f"{model_config.max_position_embeddings}")
     torch.manual_seed(config.seed)
     model = AlbertForPreTraining(model_config)
+    if init_from is not None:
+        continue_from(model, Path(init_from))
     optimizer = OPTIMIZERS[config.optimizer](parameter_groups(model, config.weight_decay), lr=config.lr)
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed)
@@ -293,12 +322,12 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * schedule(step)
     trained = torch.nn.parallel.DistributedDataParallel(
-        model, find_unused_parameters=config.objective == "none") if world > 1 else model
+        model, find_unused_parameters=config.objective == "none" or config.mlm_weight == 0) if world > 1 else model
     return PretrainingRun(model, trained, optimizer, scheduler, stream, step, rank, world, micro)
 
 
 def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
-    """One optimizer step on the next global batch: its loss and the loss's two parts, MLM and pair (means over
+    """One optimizer step on the next global batch: its loss (mlm_weight x MLM + pair) and the two parts (means over
     the global batch, whatever the number of processes), the learning rate it used, the gradient norm before
     clipping, and the number of tokens it saw."""
     global_batch = run.stream.take(config.batch_size)
@@ -315,18 +344,20 @@ def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
     if run.world > 1:
         dist.all_reduce(parts)
     mlm, pair = parts.tolist()
-    return {"step": run.step, "loss": mlm + pair, "mlm_loss": mlm, "pair_loss": pair, "lr": lr,
+    return {"step": run.step, "loss": config.mlm_weight * mlm + pair, "mlm_loss": mlm, "pair_loss": pair, "lr": lr,
             "grad_norm": grad_norm.item(),
             "tokens": sum(len(e.input_ids) for e in global_batch)}
 
 
 def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume: bool = False,
-             data_dir: Path = DATA_DIR, stop_after: int | None = None, progress: bool = True) -> dict:
+             data_dir: Path = DATA_DIR, stop_after: int | None = None, progress: bool = True,
+             init_from: Path | None = None) -> dict:
     """Pre-train an AlbertForPreTraining; write out_dir/{config.json, model.safetensors, log.jsonl}.
-    stop_after ends the run early at that step, as an interruption would (for demonstrations and tests)."""
+    stop_after ends the run early at that step, as an interruption would (for demonstrations and tests).
+    init_from: a saved model to continue from (continued pre-training; its pair head is not taken)."""
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     tokenizer = Tokenizer.load(data_dir / "tokenizer")
-    run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer)
+    run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from)
     validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len)
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = run.rank == 0
@@ -374,4 +405,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['OPTIMIZERS', 'TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'start_run', 'train_step', 'pretrain']
+__all__ = ['OPTIMIZERS', 'TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']

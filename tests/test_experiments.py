@@ -3,13 +3,16 @@
 
 import ast
 import json
+import math
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 import albert_edu.experiments as experiments
 from albert_edu.corpus import DATA_DIR
@@ -78,6 +81,17 @@ def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
     assert result["scores"]["examples"] > 1000  # every held-out pair of four passes
     summary = run_summary(path, loss_every=1)
     assert [step for step, _ in summary["loss"]] == [1, 2, 3] and summary["evaluations"][-1]["step"] == 3
+    # the stored answers and per-document MLM sums recompute the stored scores
+    pairs, predictions = experiments.held_out_pairs(max_seq_len=QUICK.max_seq_len), result["predictions"]
+    for task in ("sop", "nsp"):
+        answers, labels = experiments.bits(predictions[task]), experiments.bits(pairs[task]["labels"])
+        assert len(answers) == len(labels) == len(pairs[task]["documents"]) == len(pairs[task]["whole"])
+        assert experiments.balanced_accuracy(answers.tolist(), labels.tolist()) == \
+            pytest.approx(result["scores"][f"{task}_balanced"], abs=1e-12)
+    mlm = predictions["mlm_by_document"]
+    assert mlm["documents"] == sorted(set(pairs["sop"]["documents"]))
+    assert sum(mlm["right"]) / sum(mlm["count"]) == pytest.approx(result["scores"]["mlm_accuracy"], abs=1e-12)
+    assert sum(mlm["loss"]) / sum(mlm["count"]) == pytest.approx(result["scores"]["mlm_loss"], abs=1e-5)
 
     def fail(*args, **kwargs):
         raise AssertionError("a cached run was trained again")
@@ -106,12 +120,12 @@ def test_the_sweep_varies_only_the_learning_rate_and_the_optimizer():
     assert all(f == fixed[0] for f in fixed) and fixed[0].max_seq_len == 128
 
 
-def test_the_stored_full_results_belong_to_the_current_full_recipe():
-    results = json.loads((RESULTS_DIR / "full.json").read_text())
-    assert results["command"] == "python -m albert_edu experiment --recipe full"
+def test_the_stored_pilot_results_belong_to_the_current_pilot_recipe():
+    results = json.loads((RESULTS_DIR / "pilot.json").read_text())
+    assert results["recipe"] == "pilot" and "renamed 'pilot'" in results["note"]
     assert [(r["model"], r["training"]) for r in results["table5"]] == \
-        [(r.model.to_dict(), asdict(r.training)) for r in table5_runs("full")]
-    for style, run in figure1_runs("full").items():
+        [(r.model.to_dict(), asdict(r.training)) for r in table5_runs("pilot")]
+    for style, run in figure1_runs("pilot").items():
         stored = results["figure1"][style]
         assert (stored["model"], stored["training"]) == (run.model.to_dict(), asdict(run.training))
         assert len(stored["transitions"]["l2"]) == len(stored["transitions"]["angle"]) == run.model.num_hidden_layers
@@ -138,3 +152,79 @@ def test_balanced_accuracy_puts_any_constant_answer_at_one_half():
     assert experiments.balanced_accuracy([0] * 6 + [1] * 4, labels) == pytest.approx((6 / 7 + 1) / 2)
     with pytest.raises(ValueError, match="no labels"):
         experiments.balanced_accuracy([], [])
+
+
+def test_the_bootstrap_resamples_documents_alike_for_any_pairs():
+    weights = experiments.bootstrap_weights([5, 5, 9, 7, 7, 7], draws=500, seed=1)
+    assert weights.shape == (501, 6) and (weights[0] == 1).all()
+    assert (weights[:, 0] == weights[:, 1]).all() and (weights[:, 3] == weights[:, 5]).all()  # pairs of one document
+    per_document = experiments.bootstrap_weights([5, 7, 9], draws=500, seed=1)
+    assert (per_document.sum(1) == 3).all()  # three documents drawn each time
+    assert (per_document[:, [0, 0, 2, 1, 1, 1]] == weights).all()  # same seed, same documents drawn
+    with pytest.raises(ValueError, match="draws=0"):
+        experiments.bootstrap_weights([1, 2], draws=0)
+
+
+def test_weighted_balanced_accuracy_is_balanced_accuracy_under_unit_weights_and_takes_shares():
+    answers, labels = [0, 1, 1, 0, 1, 0, 0], [0, 1, 0, 0, 1, 1, 0]
+    weights = experiments.bootstrap_weights([0, 0, 1, 1, 2, 2, 3], draws=50)
+    scores = experiments.weighted_balanced_accuracy(answers, labels, weights)
+    assert scores[0] == pytest.approx(experiments.balanced_accuracy(answers, labels))
+    # a pair counted twice weighs like two copies of it
+    doubled = experiments.weighted_balanced_accuracy(answers, labels, np.array([[2, 1, 1, 1, 1, 1, 1]]))[0]
+    assert doubled == pytest.approx(experiments.balanced_accuracy([0] + answers, [0] + labels))
+    # each pair's share of seeds answering 1: the mean of the seeds' own balanced accuracies
+    seeds = [[0, 1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 0, 1, 0]]
+    share = [sum(a) / 2 for a in zip(*seeds)]
+    assert experiments.weighted_balanced_accuracy(share, labels, np.ones((1, 7)))[0] == \
+        pytest.approx(sum(experiments.balanced_accuracy(s, labels) for s in seeds) / 2)
+
+
+def test_clustered_mcnemar_counts_documents_not_pairs():
+    # 40 pairs where only A is right, all in one document, and 10 where only B is right, spread over ten:
+    # counting pairs this is overwhelming (p < 1e-4), counting documents it is one document against ten
+    right_a = [1] * 40 + [0] * 10
+    right_b = [0] * 40 + [1] * 10
+    documents = [0] * 40 + list(range(1, 11))
+    b, c = 40, 10
+    assert math.erfc(math.sqrt((b - c) ** 2 / (b + c) / 2)) < 1e-4
+    statistic, p = experiments.clustered_mcnemar(right_a, right_b, documents)
+    assert statistic == pytest.approx(30 ** 2 / (40 ** 2 + 10)) and p > 0.3
+    # with one pair per document it is the plain McNemar statistic
+    assert experiments.clustered_mcnemar(right_a, right_b, list(range(50)))[0] == pytest.approx((b - c) ** 2 / (b + c))
+    assert experiments.clustered_mcnemar([1, 0], [1, 0], [0, 1]) == (0.0, 1.0)  # no disagreement, no evidence
+    assert experiments.clustered_mcnemar(right_b, right_a, documents)[0] == pytest.approx(statistic)
+
+
+def test_predict_splits_the_mlm_sums_by_example():
+    from albert_edu import AlbertForPreTraining
+    from albert_edu.corpus import load_documents
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import predict, validation_examples
+
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(SMALL_MODEL)
+    examples = validation_examples(load_documents("validation"), Tokenizer.load(), 32, max_examples=23)["sop"]
+    together = predict(model, examples, batch_size=7)
+    assert len(together["mlm_right_each"]) == len(together["mlm_loss_each"]) == 23
+    for i in (0, 11, 22):  # each example alone gives its own entry
+        alone = predict(model, examples[i:i + 1])
+        assert alone["mlm_right_each"] == [together["mlm_right_each"][i]]
+        assert alone["mlm_loss_each"][0] == pytest.approx(together["mlm_loss_each"][i], rel=1e-5)
+    assert together["mlm_total"] == sum(len(e.mlm_positions) for e in examples)
+    assert together["mlm_right"] == sum(together["mlm_right_each"])
+
+
+def test_the_full_recipe_continues_one_trunk_per_geometry_with_three_seeds_per_objective():
+    runs, trunk = table5_runs("full"), experiments.trunk_run("full")
+    assert trunk.training.objective == "none" and trunk.training.steps > runs[0].training.steps
+    assert all(r.start == trunk for r in runs) and {r.training.max_seq_len for r in runs} == {128}
+    for objective in ("none", "nsp", "sop"):
+        assert sorted(r.training.seed for r in runs if r.training.objective == objective) == [0, 1, 2]
+    [diagnostic] = experiments.diagnostic_runs("full")
+    assert diagnostic.training.mlm_weight == 0 and diagnostic.training.objective == "sop" and diagnostic.start == trunk
+    styles = figure1_runs("full")
+    assert styles["BERT-style"].start == experiments.trunk_run("full", "none") and styles["ALBERT-style"] in runs
+    assert experiments.trunk_run("book") is None and experiments.diagnostic_runs("book") == []
+    # the key of a continued run covers its trunk
+    assert run_key(runs[0]) != run_key(replace(runs[0], start=experiments.trunk_run("full", "none")))

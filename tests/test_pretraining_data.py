@@ -131,7 +131,7 @@ def test_cli_writes_examples_that_read_back(tmp_path):
     examples = read_examples(out)
     assert examples == create_examples(load_documents("validation"), TOKENIZER, "sop", 64, seed=1)
     assert set(json.loads(out.read_text().splitlines()[0])) == {
-        "input_ids", "token_type_ids", "mlm_positions", "mlm_labels", "pair_label"}
+        "input_ids", "token_type_ids", "mlm_positions", "mlm_labels", "pair_label", "document", "whole"}
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -253,3 +253,33 @@ def test_normalization_matches_transformers_on_accents_and_quotes():
     reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
     text = "``Crème brûlée'' à São Paulo, ÉTÉ 1999"
     assert reference(text, add_special_tokens=False)["input_ids"] == TOKENIZER.encode(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents=st.lists(st.lists(st.lists(NON_SPECIAL, max_size=30), max_size=6), min_size=2, max_size=6),
+       objective=st.sampled_from(["sop", "nsp", "none"]), max_seq_len=st.integers(min_value=5, max_value=64),
+       seed=st.integers(0, 2**16))
+def test_sources_name_the_caller_s_document_of_a_and_whether_the_pair_was_shortened(documents, objective,
+                                                                                   max_seq_len, seed):
+    # every token says which document it is from, so A's tokens name its document; empty sentences and
+    # documents (skipped by segment_pairs) must not shift the indices
+    documents = [[[1000 + d] * len(s) for s in doc] for d, doc in enumerate(documents)]
+    rng, untouched, sources = random.Random(seed), random.Random(seed), []
+    pairs = list(segment_pairs(documents, objective, max_seq_len, rng, sources=sources))
+    assert len(sources) == len(pairs)
+    for (a, b, label), (document, whole) in zip(pairs, sources):
+        first = b if objective == "sop" and label else a
+        assert set(first) == {1000 + document}
+        if not whole:
+            assert len(a) + len(b) == max_seq_len - 3  # shortened to exactly the room there is
+    assert pairs == list(segment_pairs(documents, objective, max_seq_len, untouched))  # recording changes nothing
+
+
+def test_examples_carry_their_document_and_old_example_files_still_read(validation_documents, tmp_path):
+    examples = create_examples(validation_documents[:6], TOKENIZER, "sop", 64, seed=0)
+    assert {e.document for e in examples} <= set(range(6)) and len({e.document for e in examples}) > 1
+    assert any(e.whole for e in examples) and all(isinstance(e.whole, bool) for e in examples)
+    old = {"input_ids": [2, 10, 3, 11, 3], "token_type_ids": [0, 0, 0, 1, 1], "mlm_positions": [], "mlm_labels": [],
+           "pair_label": 0}  # a line written before examples recorded their document
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    assert read_examples(tmp_path / "old.jsonl")[0].document == -1

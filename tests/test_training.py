@@ -315,3 +315,56 @@ def test_cli_resume_with_other_settings_is_refused_naming_them(flag, value, chan
     subprocess.run(COMMAND + run + ["--steps", "2"], check=True, capture_output=True)
     result = subprocess.run(COMMAND + run + ["--steps", "2", "--resume", flag, value], capture_output=True, text=True)
     assert result.returncode == 1 and "was started with different settings" in result.stderr and changed in result.stderr
+
+
+def test_continued_pretraining_starts_from_the_trunk_with_a_fresh_pair_head(tmp_path):
+    from albert_edu import AlbertForPreTraining
+    from albert_edu.training import continue_from
+
+    trunk = TrainingConfig(objective="none", steps=3, batch_size=8, max_seq_len=32, warmup_steps=1, seed=5)
+    pretrain(TINY, trunk, tmp_path / "trunk", progress=False)
+    start = AlbertForPreTraining.from_pretrained(tmp_path / "trunk")
+    torch.manual_seed(1)
+    model = AlbertForPreTraining(TINY)
+    head = model.sop_classifier.classifier.weight.detach().clone()
+    continue_from(model, tmp_path / "trunk")
+    for name, value in model.state_dict().items():
+        if name.startswith("sop_classifier."):
+            continue
+        assert torch.equal(value, start.state_dict()[name]), name
+    assert torch.equal(model.sop_classifier.classifier.weight, head)  # the pair head is not taken
+    with pytest.raises(ValueError, match="another configuration"):
+        continue_from(AlbertForPreTraining(replace(TINY, intermediate_size=TINY.intermediate_size * 2)),
+                      tmp_path / "trunk")
+    # a continued run is a run like any other: it resumes to the weights of an uninterrupted one
+    sop = TrainingConfig(objective="sop", steps=4, batch_size=8, max_seq_len=32, warmup_steps=1, save_every=2)
+    pretrain(TINY, sop, tmp_path / "whole", progress=False, init_from=tmp_path / "trunk")
+    pretrain(TINY, sop, tmp_path / "cut", progress=False, init_from=tmp_path / "trunk", stop_after=2)
+    pretrain(TINY, sop, tmp_path / "cut", progress=False, init_from=tmp_path / "trunk", resume=True)
+    whole, cut = _weights(tmp_path / "whole"), _weights(tmp_path / "cut")
+    assert all(torch.equal(whole[name], cut[name]) for name in whole)
+    scratch = TrainingConfig(objective="sop", steps=4, batch_size=8, max_seq_len=32, warmup_steps=1)
+    pretrain(TINY, scratch, tmp_path / "scratch", progress=False)
+    assert not torch.equal(_weights(tmp_path / "scratch")["albert.embeddings.word_embeddings.weight"],
+                           whole["albert.embeddings.word_embeddings.weight"])
+
+
+def test_an_mlm_weight_of_zero_trains_the_pair_head_alone(tmp_path):
+    config = TrainingConfig(objective="sop", steps=3, batch_size=8, max_seq_len=32, warmup_steps=1, log_every=1,
+                            mlm_weight=0.0)
+    torch.manual_seed(config.seed)
+    from albert_edu import AlbertForPreTraining
+
+    initial = {k: v.clone() for k, v in AlbertForPreTraining(TINY).state_dict().items()}
+    pretrain(TINY, config, tmp_path / "run", progress=False)
+    trained = AlbertForPreTraining.from_pretrained(tmp_path / "run").state_dict()
+    changed = {name for name in initial if not torch.equal(initial[name], trained[name])}
+    assert any(name.startswith("sop_classifier.") for name in changed)
+    # the MLM head's own weights (its decoder is the embedding table, which the pair loss reaches) get no
+    # gradient at all, so not even weight decay moves them
+    assert not any(name.startswith("predictions.") for name in changed), sorted(changed)
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert all(r["loss"] == pytest.approx(r["pair_loss"]) and r["mlm_loss"] > 0 for r in records if "loss" in r)
+    for bad in ({"mlm_weight": -1.0}, {"mlm_weight": 0.0, "objective": "none"}):
+        with pytest.raises(ValueError, match="mlm_weight"):
+            TrainingConfig(**bad)

@@ -164,8 +164,10 @@ def configure_experiment(p: argparse.ArgumentParser) -> None:
     from albert_edu.experiments import RECIPES, RESULTS_DIR
 
     p.add_argument("--recipe", default="book", choices=[*sorted(RECIPES), "sweep"],
-                   help="book (minutes, the chapters' live runs), full (about an hour on 2 cores; the results "
-                        "the chapters show) or sweep (the learning-rate sweep behind the recipe)")
+                   help="book (minutes, the chapters' live runs), pilot (the first long recipe, whose results "
+                        "the chapters show until full has run), full (one MLM trunk per geometry continued with "
+                        "each objective, three seeds; about two hours on 2 cores) or sweep (the learning-rate "
+                        "sweep behind the full recipe)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
     p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
