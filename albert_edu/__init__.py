@@ -165,6 +165,8 @@ _ELSEWHERE = {
     'text_batch': 'analysis',
     'layer_transitions': 'analysis',
     'roughness': 'analysis',
+    'held_out_text': 'analysis',
+    'unrolled_transitions': 'analysis',
     'experiment_results': 'analysis',
 }
 __all__ = list(_HOME)

@@ -3,6 +3,7 @@
 
 """How embeddings move through the layers: the measurements behind the paper's Figure 1 (chapter 9)."""
 
+import dataclasses
 import math
 import os
 import platform
@@ -13,8 +14,8 @@ from pathlib import Path
 import torch
 
 from albert_edu.corpus import DATA_DIR, load_documents
-from albert_edu.experiments import (RUNS_DIR, diagnostic_runs, figure1_runs, held_out_pairs, provenance,
-                                    run_summary, score, table5_runs, train_all, trunk_run)
+from albert_edu.experiments import (RUNS_DIR, Run, check_recipe, diagnostic_runs, figure1_runs, held_out_pairs,
+                                    provenance, run_summary, score, table5_runs, train_all, trunk_run)
 from albert_edu.model import AlbertModel
 from albert_edu.pretraining_data import Example, collate, segment_pairs
 from albert_edu.tokenizer import Tokenizer
@@ -79,21 +80,46 @@ def roughness(curve: list[float]) -> float:
 
 
 
+def held_out_text(data_dir=DATA_DIR, count: int = 128, max_seq_len: int = 64) -> dict[str, torch.Tensor]:
+    """text_batch of the held-out documents, with the tokenizer of data_dir."""
+    return text_batch(load_documents("validation", Path(data_dir)), Tokenizer.load(Path(data_dir) / "tokenizer"),
+                      max_seq_len, count)
+
+
 def figure1_curves(path, data_dir=DATA_DIR, count: int = 128, max_seq_len: int = 64) -> dict[str, list[float]]:
     """layer_transitions of the encoder in a checkpoint directory (this book's or transformers'), measured on
     `count` held-out pairs."""
+    batch = held_out_text(data_dir, count, max_seq_len)
+    return layer_transitions(layer_states(AlbertModel.from_pretrained(path), batch), batch["attention_mask"])
+
+
+def unrolled_transitions(path, depth: int, data_dir=DATA_DIR, count: int = 128,
+                         max_seq_len: int = 64) -> dict[str, list[float]]:
+    """layer_transitions of an ALBERT-style model (one layer shared by all) from a checkpoint directory, with its
+    layer applied `depth` times instead of the num_hidden_layers it was trained with: the same weights, more
+    applications."""
     model = AlbertModel.from_pretrained(path)
-    batch = text_batch(load_documents("validation", Path(data_dir)), Tokenizer.load(Path(data_dir) / "tokenizer"),
-                       max_seq_len, count)
-    return layer_transitions(layer_states(model, batch), batch["attention_mask"])
+    config = model.config
+    if config.sharing != "all" or config.num_hidden_groups != 1:
+        raise ValueError(f"sharing={config.sharing!r} with num_hidden_groups={config.num_hidden_groups}: expected one "
+                         f"layer shared by all (sharing='all', one group), the only kind of model with a layer to repeat")
+    if depth < 1:
+        raise ValueError(f"depth={depth}: expected at least one application of the layer")
+    deeper = AlbertModel(dataclasses.replace(config, num_hidden_layers=depth))
+    deeper.load_state_dict(model.state_dict())  # a shared layer's weights do not depend on the depth
+    batch = held_out_text(data_dir, count, max_seq_len)
+    return layer_transitions(layer_states(deeper, batch), batch["attention_mask"])
 
 
-def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> dict:
-    """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs, trained now or
-    taken from the run cache, scored with today's scoring code (every run's answers stored beside its scores,
-    and once what the scored pairs are), with the command, machine and time."""
-    table5, diagnostic, figure1 = table5_runs(recipe), diagnostic_runs(recipe), figure1_runs(recipe)
-    runs = table5 + diagnostic + [r for r in figure1.values() if r not in table5]  # ALBERT-style is a Table 5 run
+def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2,
+                       depths: tuple[int, ...] = (24, 48)) -> dict:
+    """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs (one pair of
+    models per seed; the ALBERT-style one also unrolled to each of `depths`), trained now or taken from the run
+    cache, scored with today's scoring code (every run's answers stored beside its scores, and once what the
+    scored pairs are), with the command, machine and time."""
+    table5, diagnostic = table5_runs(recipe), diagnostic_runs(recipe)
+    figure1 = [figure1_runs(recipe, seed) for seed in check_recipe(recipe)["seeds"]]
+    runs = table5 + diagnostic + [r for pair in figure1 for r in pair.values() if r not in table5]
     started = time.perf_counter()
     paths = train_all(runs, runs_dir, data_dir, workers=workers)
     summaries = []
@@ -103,12 +129,23 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
         summaries.append(run_summary(path) | {"scores": scores, "predictions": predictions})
     trunks = [r for r in (trunk_run(recipe), trunk_run(recipe, "none")) if r is not None]
     trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers=workers)]
+
+    def curves(run: Run) -> dict:
+        path, length = paths[runs.index(run)], run.training.max_seq_len
+        out = {"seed": run.training.seed, "transitions": figure1_curves(path, data_dir, max_seq_len=length)}
+        if run.model.sharing == "all":
+            out["unrolled"] = {str(depth): unrolled_transitions(path, depth, data_dir, max_seq_len=length)
+                               for depth in depths}
+        return out
+
+    seeds = {style: [curves(pair[style]) for pair in figure1] for style in figure1[0]}
     lengths = {run.training.max_seq_len for run in runs}
     return {**provenance(recipe, workers, summaries + trunk_summaries, started), "trunks": trunk_summaries,
             "pairs": {str(length): held_out_pairs(data_dir, length) for length in sorted(lengths)},  # by T
             "table5": summaries[:len(table5)], "diagnostic": summaries[len(table5):len(table5) + len(diagnostic)],
-            "figure1": {style: summaries[runs.index(r)] | {"transitions": figure1_curves(paths[runs.index(r)], data_dir)}
-                        for style, r in figure1.items()}}
+            "figure1": {style: summaries[runs.index(r)] | {"transitions": seeds[style][0]["transitions"]}
+                        for style, r in figure1[0].items()},
+            "figure1_seeds": seeds}
 
 
-__all__ = ['text_batch', 'layer_states', 'layer_transitions', 'roughness', 'figure1_curves', 'experiment_results']
+__all__ = ['text_batch', 'layer_states', 'layer_transitions', 'roughness', 'held_out_text', 'figure1_curves', 'unrolled_transitions', 'experiment_results']

@@ -284,12 +284,12 @@ def diagnostic_runs(recipe: str = "full") -> list[Run]:
                 trunk_run(recipe))]
 
 
-def figure1_runs(recipe: str = "book") -> dict[str, Run]:
+def figure1_runs(recipe: str = "book", seed: int = 0) -> dict[str, Run]:
     """BERT-style (nothing shared) and ALBERT-style (all shared) models of one geometry, trained alike with SOP
-    (each from its own trunk, if the recipe has trunks). The ALBERT-style run is table5_runs' SOP run of seed 0,
-    so the cache trains it once for both chapters."""
-    return {style: Run(f"sop-s0-{recipe}" if sharing == "all" else f"sop-s0-{recipe}-unshared",
-                       experiment_model(sharing), recipe_training(recipe, "sop", 0), trunk_run(recipe, sharing))
+    (each from its own trunk, if the recipe has trunks). The ALBERT-style run is table5_runs' SOP run of the
+    same seed, so the cache trains it once for both chapters."""
+    return {style: Run(f"sop-s{seed}-{recipe}" + ("" if sharing == "all" else "-unshared"), experiment_model(sharing),
+                       recipe_training(recipe, "sop", seed), trunk_run(recipe, sharing))
             for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all"))}
 
 
@@ -331,7 +331,8 @@ def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0) ->
     """A per-document bootstrap as weights, one row per draw and one column per pair (or per document, given
     one entry per document): row 0 is the data itself (every weight 1); every other row draws as many
     documents as there are, with replacement, and weighs each pair by how often its document was drawn.
-    The same seed draws the same documents whatever the pairs, so models scored alike are resampled alike."""
+    The same seed draws the same documents whatever the pairs, so models scored alike are resampled alike, and
+    two tasks alike as long as their pairs come from the same set of documents."""
     if draws < 1:
         raise ValueError(f"draws={draws}: expected at least 1")
     ids, index = np.unique(np.asarray(documents), return_inverse=True)
@@ -355,12 +356,21 @@ def interval(replicates: np.ndarray, level: float = 0.95) -> tuple[float, float]
     return float(low), float(high)
 
 
-def clustered_mcnemar(right_a, right_b, documents: list[int]) -> tuple[float, float]:
+def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tuple[float, float]:
     """McNemar's test of two models answering the same pairs, made valid for pairs that come in documents
     (Durkalski et al., 2003). Per document k, d_k = (pairs only A got right) - (pairs only B got right); under
     no difference the statistic (sum of d_k)^2 / (sum of d_k^2) is chi-square with one degree of freedom.
-    Returns (statistic, two-sided p). right_a, right_b: 1/0 per pair, or shares of seeds that got it right."""
+    Returns (statistic, two-sided p). right_a, right_b: 1/0 per pair, or shares of seeds that got it right.
+    Given the pairs' labels (0/1), each pair counts 1 / (pairs with its label): a test of balanced accuracy,
+    which a head that merely prefers the commoner label cannot pass. (It is then conservative when one model
+    is better on one label and the other on the other.) Documents are taken as fixed draws of text, and seeds,
+    when answers are shares of seeds, as fixed too: the test covers the sampling of documents only."""
     difference = np.asarray(right_a, dtype=float) - np.asarray(right_b, dtype=float)
+    if labels is not None:
+        labels = np.asarray(labels).astype(int)
+        if not set(np.unique(labels)) <= {0, 1} or len(labels) != len(difference):
+            raise ValueError(f"labels {np.unique(labels)[:5]} for {len(difference)} pairs: expected one 0 or 1 per pair")
+        difference = difference / np.bincount(labels, minlength=2)[labels]
     ids, index = np.unique(np.asarray(documents), return_inverse=True)
     d = np.bincount(index, weights=difference, minlength=len(ids))
     if not d.any():

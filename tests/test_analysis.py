@@ -8,7 +8,8 @@ import torch
 import transformers
 
 from albert_edu import AlbertConfig, AlbertModel, to_transformers_config
-from albert_edu.analysis import figure1_curves, layer_states, layer_transitions, roughness, text_batch
+from albert_edu.analysis import (figure1_curves, layer_states, layer_transitions, roughness, text_batch,
+                                 unrolled_transitions)
 from albert_edu.experiments import experiment_model
 
 
@@ -62,6 +63,23 @@ def test_transformers_checkpoints_measure_the_same_both_ways(tmp_path, batch):
     for key in ("l2", "angle"):
         assert ours[key] == pytest.approx(theirs[key], abs=1e-4)
     assert len(figure1_curves(tmp_path, count=8)["l2"]) == 3
+
+
+def test_unrolled_transitions_repeat_the_shared_layer(tmp_path):
+    config = AlbertConfig.from_preset("tiny", hidden_size=64, num_hidden_layers=3, num_attention_heads=2,
+                                      intermediate_size=128)
+    torch.manual_seed(0)
+    AlbertModel(config).save_pretrained(tmp_path / "shared")
+    at_trained_depth = unrolled_transitions(tmp_path / "shared", 3, count=8)
+    assert at_trained_depth == figure1_curves(tmp_path / "shared", count=8)  # same weights, same depth: same curve
+    deeper = unrolled_transitions(tmp_path / "shared", 7, count=8)
+    assert len(deeper["l2"]) == 7 and deeper["l2"][:3] == pytest.approx(at_trained_depth["l2"])
+    with pytest.raises(ValueError, match="depth=0"):
+        unrolled_transitions(tmp_path / "shared", 0, count=8)
+    AlbertModel(AlbertConfig.from_preset("tiny", hidden_size=64, num_hidden_layers=3, num_attention_heads=2,
+                                         intermediate_size=128, sharing="none")).save_pretrained(tmp_path / "unshared")
+    with pytest.raises(ValueError, match="sharing='none'"):
+        unrolled_transitions(tmp_path / "unshared", 6, count=8)
 
 
 def test_layer_states_of_a_bert_model_and_of_a_model_in_training_mode(batch):

@@ -196,6 +196,17 @@ def test_clustered_mcnemar_counts_documents_not_pairs():
     assert experiments.clustered_mcnemar(right_b, right_a, documents)[0] == pytest.approx(statistic)
 
 
+def test_clustered_mcnemar_on_balanced_accuracy_ignores_a_preference_for_the_commoner_label():
+    labels = np.array([0] * 58 + [1] * 42)
+    documents = list(np.arange(100) % 10)
+    always_0, always_1 = np.zeros(100, int), np.ones(100, int)  # two constant heads: balanced accuracy 50% each
+    assert experiments.clustered_mcnemar(always_0 == labels, always_1 == labels, documents)[1] < 0.01  # raw accuracy
+    assert experiments.clustered_mcnemar(always_0 == labels, always_1 == labels, documents, labels)[1] > 0.99
+    better = always_0.copy()
+    better[58:] = 1  # right on every pair
+    assert experiments.clustered_mcnemar(better == labels, always_0 == labels, documents, labels)[1] < 0.01
+
+
 def test_predict_splits_the_mlm_sums_by_example():
     from albert_edu import AlbertForPreTraining
     from albert_edu.corpus import load_documents
@@ -223,8 +234,10 @@ def test_the_full_recipe_continues_one_trunk_per_geometry_with_three_seeds_per_o
         assert sorted(r.training.seed for r in runs if r.training.objective == objective) == [0, 1, 2]
     [diagnostic] = experiments.diagnostic_runs("full")
     assert diagnostic.training.mlm_weight == 0 and diagnostic.training.objective == "sop" and diagnostic.start == trunk
-    styles = figure1_runs("full")
-    assert styles["BERT-style"].start == experiments.trunk_run("full", "none") and styles["ALBERT-style"] in runs
+    for seed in (0, 1, 2):  # chapter 9's pairs of models, one per seed, the ALBERT-style one a Table 5 run
+        styles = figure1_runs("full", seed)
+        assert styles["BERT-style"].start == experiments.trunk_run("full", "none") and styles["ALBERT-style"] in runs
+        assert styles["BERT-style"].training == styles["ALBERT-style"].training and styles["BERT-style"].training.seed == seed
     assert experiments.trunk_run("book") is None and experiments.diagnostic_runs("book") == []
     # the key of a continued run covers its trunk
     assert run_key(runs[0]) != run_key(replace(runs[0], start=experiments.trunk_run("full", "none")))
