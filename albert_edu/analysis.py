@@ -9,6 +9,8 @@ import os
 import platform
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -111,6 +113,15 @@ def unrolled_transitions(path, depth: int, data_dir=DATA_DIR, count: int = 128,
     return layer_transitions(layer_states(deeper, batch), batch["attention_mask"])
 
 
+def _scored_summary(path: Path, data_dir: Path, max_seq_len: int) -> dict:
+    """A finished run's summary with its held-out scores and stored answers, computed on one thread (what a
+    worker process of experiment_results runs)."""
+    torch.set_num_threads(1)
+    predictions = {}
+    scores = score(path, data_dir, max_seq_len, predictions=predictions)
+    return run_summary(path) | {"scores": scores, "predictions": predictions}
+
+
 def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2,
                        depths: tuple[int, ...] = (24, 48)) -> dict:
     """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs (one pair of
@@ -122,11 +133,9 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
     runs = table5 + diagnostic + [r for pair in figure1 for r in pair.values() if r not in table5]
     started = time.perf_counter()
     paths = train_all(runs, runs_dir, data_dir, workers=workers)
-    summaries = []
-    for run, path in zip(runs, paths):
-        predictions = {}
-        scores = score(path, data_dir, run.training.max_seq_len, predictions=predictions)
-        summaries.append(run_summary(path) | {"scores": scores, "predictions": predictions})
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:  # one run per process, as train_all
+        summaries = list(pool.map(_scored_summary, paths, [data_dir] * len(runs),
+                                  [run.training.max_seq_len for run in runs]))
     trunks = [r for r in (trunk_run(recipe), trunk_run(recipe, "none")) if r is not None]
     trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers=workers)]
 

@@ -134,6 +134,31 @@ def test_the_stored_pilot_results_belong_to_the_current_pilot_recipe():
         assert 0 <= r["scores"]["sop_balanced"] <= 1 and 0 <= r["scores"]["nsp_balanced"] <= 1
 
 
+def test_the_stored_full_results_hold_three_seeds_and_every_answer():
+    results = json.loads((RESULTS_DIR / "full.json").read_text())
+    assert results["recipe"] == "full" and results["command"] == "albert-edu experiment --recipe full"
+    runs = table5_runs("full")
+    assert [(r["model"], r["training"]) for r in results["table5"]] == \
+        [(r.model.to_dict(), asdict(r.training)) for r in runs]
+    [diagnostic] = experiments.diagnostic_runs("full")
+    assert [(r["model"], r["training"]) for r in results["diagnostic"]] == [(diagnostic.model.to_dict(), asdict(diagnostic.training))]
+    pairs = results["pairs"]["128"]
+    for r in results["table5"] + results["diagnostic"]:
+        for task in ("sop", "nsp"):  # the stored answers recompute the stored scores
+            answers, labels = experiments.bits(r["predictions"][task]), experiments.bits(pairs[task]["labels"])
+            assert len(answers) == len(labels) == len(pairs[task]["documents"]) == len(pairs[task]["whole"])
+            assert experiments.balanced_accuracy(answers.tolist(), labels.tolist()) == pytest.approx(r["scores"][f"{task}_balanced"])
+        mlm = r["predictions"]["mlm_by_document"]
+        assert sum(mlm["right"]) / sum(mlm["count"]) == pytest.approx(r["scores"]["mlm_accuracy"])
+    assert {t["training"]["objective"] for t in results["trunks"]} == {"none"} and len(results["trunks"]) == 2
+    for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all")):
+        seeds = results["figure1_seeds"][style]
+        assert [s["seed"] for s in seeds] == [0, 1, 2]
+        assert all(len(s["transitions"]["l2"]) == 6 for s in seeds)
+        assert all(len(s["unrolled"]["48"]["l2"]) == 48 for s in seeds) if sharing == "all" else \
+            all("unrolled" not in s for s in seeds)
+
+
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "albert_edu", "experiment", *args], capture_output=True, text=True)
 
