@@ -17,7 +17,8 @@ import torch
 
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.experiments import (RUNS_DIR, Run, check_recipe, diagnostic_runs, figure1_runs, held_out_pairs,
-                                    provenance, run_summary, score, table5_runs, train_all, trunk_run)
+                                    load_result, provenance, run_summary, score, scoring_key, table5_runs, train_all,
+                                    trunk_run)
 from albert_edu.model import AlbertModel
 from albert_edu.pretraining_data import Example, collate, segment_pairs
 from albert_edu.tokenizer import Tokenizer
@@ -114,8 +115,11 @@ def unrolled_transitions(path, depth: int, data_dir=DATA_DIR, count: int = 128,
 
 
 def _scored_summary(path: Path, data_dir: Path, max_seq_len: int) -> dict:
-    """A finished run's summary with its held-out scores and stored answers, computed on one thread (what a
-    worker process of experiment_results runs)."""
+    """A finished run's summary with its held-out scores and stored answers: those train_cached stored, when
+    today's scoring code made them, or else computed now on one thread (what a worker of experiment_results runs)."""
+    stored = load_result(path)
+    if stored.get("scoring") == scoring_key():  # scored once, by this very code: no need to score again
+        return run_summary(path) | {"scores": stored["scores"], "predictions": stored["predictions"]}
     torch.set_num_threads(1)
     predictions = {}
     scores = score(path, data_dir, max_seq_len, predictions=predictions)

@@ -5,6 +5,7 @@
 
 import ast
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -105,7 +106,7 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
     shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
     result = {"name": run.name, "key": run_key(run, data_dir), "model": run.model.to_dict(),
               "training": asdict(run.training), "start": None if start is None else start.name,
-              "seconds": seconds, "scores": scores, "predictions": predictions}
+              "seconds": seconds, "scores": scores, "predictions": predictions, "scoring": scoring_key()}
     (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     if final.exists():  # another process finished the same run first; both are equal, keep theirs
         shutil.rmtree(tmp)
@@ -207,6 +208,13 @@ def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: 
     return scores
 
 
+def scoring_key() -> str:
+    """A fingerprint of the code that scores a run (the functions above): a stored score is reused only if
+    the same code made it."""
+    source = "".join(inspect.getsource(f) for f in (balanced_accuracy, held_out_examples, score))
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
 def load_result(path: Path) -> dict:
     return json.loads((Path(path) / "result.json").read_text())
 
@@ -220,9 +228,9 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 
 
 # Sizes of the same experiment, each produced by `albert-edu experiment --recipe NAME`. "book" fits in the
-# chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept because
-# its results are the ones the chapters show until "full" has run. "full" follows the learning-rate sweep:
-# T = 128, one MLM-only trunk of trunk_steps, continued with each objective for `steps` steps and three seeds.
+# chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
+# record (section 8.6). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
+# continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5).
 RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0},
            "pilot": {"steps": 2500, "seeds": (0, 1), "evaluations": 6, "max_seq_len": 64, "trunk_steps": 0},
            "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000}}
@@ -342,15 +350,21 @@ def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0) ->
 
 def weighted_balanced_accuracy(answers, labels, weights: np.ndarray) -> np.ndarray:
     """balanced_accuracy under each row of `weights`. `answers` may be fractions: given each pair's share of
-    seeds that answered 1, it returns the mean of the seeds' balanced accuracies."""
+    seeds that answered 1, it returns the mean of the seeds' balanced accuracies. A row that leaves one label
+    without any weight (a draw of documents with no pair of that label) has no balanced accuracy: NaN."""
     answers, labels = np.asarray(answers, dtype=float), np.asarray(labels)
-    recalls = [(weights * np.where(labels == c, answers if c == 1 else 1 - answers, 0)).sum(-1)
-               / (weights * (labels == c)).sum(-1) for c in (0, 1)]
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 for such a row, reported by `interval`
+        recalls = [(weights * np.where(labels == c, answers if c == 1 else 1 - answers, 0)).sum(-1)
+                   / (weights * (labels == c)).sum(-1) for c in (0, 1)]
     return (recalls[0] + recalls[1]) / 2
 
 
 def interval(replicates: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """The percentile interval of a statistic's bootstrap replicates (row 0, the data itself, left out)."""
+    missing = int(np.isnan(replicates[1:]).sum())
+    if missing:
+        raise ValueError(f"{missing} of {len(replicates) - 1} bootstrap replicates are NaN (draws that left a label "
+                         f"without pairs): expected a statistic defined in every draw; use more documents")
     tail = 50 * (1 - level)
     low, high = np.percentile(replicates[1:], [tail, 100 - tail])
     return float(low), float(high)
@@ -379,4 +393,4 @@ def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tu
     return statistic, math.erfc(math.sqrt(statistic / 2))
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar']

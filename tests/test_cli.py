@@ -28,6 +28,13 @@ def test_python_dash_m_is_the_same_command_line():
     assert result.returncode == 0 and "in step" in result.stdout
 
 
+def test_python_dash_m_albert_edu_book_is_the_book_command_design_names():
+    result = subprocess.run([sys.executable, "-m", "albert_edu.book", "check"], capture_output=True, text=True)
+    assert result.returncode == 0 and "in step" in result.stdout
+    wrong = subprocess.run([sys.executable, "-m", "albert_edu.book", "nosuch"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "invalid choice: 'nosuch'" in wrong.stderr
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit:

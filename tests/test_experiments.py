@@ -99,6 +99,19 @@ def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
     monkeypatch.setattr(experiments, "pretrain", fail)
     assert train_cached(run, tmp_path) == path and train_all([run], tmp_path, workers=2) == [path]
 
+    # the scores train_cached stored are reused while the scoring code is the same, and made again when not
+    import albert_edu.analysis as analysis
+
+    def scored_again(*args, **kwargs):
+        raise AssertionError("a stored score was made again")
+
+    monkeypatch.setattr(analysis, "score", scored_again)
+    assert result["scoring"] == experiments.scoring_key()
+    assert analysis._scored_summary(path, DATA_DIR, QUICK.max_seq_len)["predictions"] == result["predictions"]
+    monkeypatch.setattr(analysis, "scoring_key", lambda: "other scoring code")
+    with pytest.raises(AssertionError, match="made again"):
+        analysis._scored_summary(path, DATA_DIR, QUICK.max_seq_len)
+
 
 def test_recipes_share_the_albert_style_run_and_reject_unknown_names():
     for recipe in RECIPES:
@@ -203,6 +216,11 @@ def test_weighted_balanced_accuracy_is_balanced_accuracy_under_unit_weights_and_
     share = [sum(a) / 2 for a in zip(*seeds)]
     assert experiments.weighted_balanced_accuracy(share, labels, np.ones((1, 7)))[0] == \
         pytest.approx(sum(experiments.balanced_accuracy(s, labels) for s in seeds) / 2)
+    # a draw with no pair of one label has no balanced accuracy, and no interval is made from such draws
+    missing = experiments.weighted_balanced_accuracy(answers, labels, np.array([[1] * 7, [0, 1, 0, 0, 1, 1, 0]]))
+    assert np.isnan(missing[1]) and not np.isnan(missing[0])
+    with pytest.raises(ValueError, match="1 of 1 bootstrap replicates are NaN"):
+        experiments.interval(missing)
 
 
 def test_clustered_mcnemar_counts_documents_not_pairs():

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from albert_edu.corpus import load_documents
-from albert_edu.pretraining_data import (Example, choose_spans, collate, create_examples, mask_ngrams, read_examples,
-                                         segment_pairs, truncate_pair, word_units)
+from albert_edu.pretraining_data import (FUNCTION_PIECES, Example, best_threshold, choose_spans, collate,
+                                         create_examples, mask_ngrams, overlap, read_examples, segment_pairs,
+                                         truncate_pair, word_units)
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, starts_unit
 
 TOKENIZER = Tokenizer.load()
@@ -283,3 +284,15 @@ def test_examples_carry_their_document_and_old_example_files_still_read(validati
            "pair_label": 0}  # a line written before examples recorded their document
     (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
     assert read_examples(tmp_path / "old.jsonl")[0].document == -1
+
+
+def test_overlap_counts_content_pieces_only_and_the_threshold_separates_the_labels():
+    common, content = FUNCTION_PIECES - 1, FUNCTION_PIECES
+    assert overlap([common, content, content + 1], [common, content]) == 0.5  # {c, c+1} and {c}: 1 of 2
+    assert overlap([TOKENIZER.cls_id, common], [TOKENIZER.sep_id, common]) == 0.0  # nothing but function pieces
+    assert overlap([content], [content]) == 1.0 and overlap([content], [content + 1]) == 0.0
+    scored = [(0.0, 1), (0.1, 1), (0.3, 0), (0.5, 0)]  # low overlap: label 1
+    threshold = best_threshold(scored)
+    assert threshold == 0.3 and all((score < threshold) == bool(label) for score, label in scored)
+    with pytest.raises(ValueError, match="at least one"):
+        best_threshold([])
