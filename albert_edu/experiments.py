@@ -284,8 +284,9 @@ def table5_runs(recipe: str = "book") -> list[Run]:
 
 
 def diagnostic_runs(recipe: str = "full") -> list[Run]:
-    """The SOP head trained alone (MLM weight 0) on the trunk, one seed: how far order can be learned from what
-    the trunk knows, whatever MLM training does to it. Only for recipes with a trunk."""
+    """The SOP loss alone (MLM weight 0) from the trunk, one seed, the whole model trained: meant to show how far
+    order can be learned at all (section 8.5 shows why it does not: the encoder drifts and forgets MLM). Only
+    for recipes with a trunk."""
     if trunk_run(recipe) is None:
         return []
     return [Run(f"sop-only-s0-{recipe}", experiment_model("all"), recipe_training(recipe, "sop", 0, mlm_weight=0.0),
