@@ -127,7 +127,7 @@ def _scored_summary(path: Path, data_dir: Path, max_seq_len: int) -> dict:
 
 
 def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2,
-                       depths: tuple[int, ...] = (24, 48)) -> dict:
+                       depths: tuple[int, ...] = (24, 48, 200)) -> dict:
     """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs (one pair of
     models per seed; the ALBERT-style one also unrolled to each of `depths`), trained now or taken from the run
     cache, scored with today's scoring code (every run's answers stored beside its scores, and once what the

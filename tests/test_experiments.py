@@ -150,6 +150,7 @@ def test_the_stored_pilot_results_belong_to_the_current_pilot_recipe():
 def test_the_stored_full_results_hold_three_seeds_and_every_answer():
     results = json.loads((RESULTS_DIR / "full.json").read_text())
     assert results["recipe"] == "full" and results["command"] == "albert-edu experiment --recipe full"
+    assert [a["what"] for a in results["added"]] == ["figure1_seeds ALBERT-style unrolled to 200 applications"]
     runs = table5_runs("full")
     assert [(r["model"], r["training"]) for r in results["table5"]] == \
         [(r.model.to_dict(), asdict(r.training)) for r in runs]
@@ -168,7 +169,9 @@ def test_the_stored_full_results_hold_three_seeds_and_every_answer():
         seeds = results["figure1_seeds"][style]
         assert [s["seed"] for s in seeds] == [0, 1, 2]
         assert all(len(s["transitions"]["l2"]) == 6 for s in seeds)
-        assert all(len(s["unrolled"]["48"]["l2"]) == 48 for s in seeds) if sharing == "all" else \
+        assert all(len(s["unrolled"]["48"]["l2"]) == 48 and len(s["unrolled"]["200"]["l2"]) == 200
+                   and s["unrolled"]["200"]["l2"][:48] == pytest.approx(s["unrolled"]["48"]["l2"], rel=1e-6)
+                   for s in seeds) if sharing == "all" else \
             all("unrolled" not in s for s in seeds)
 
 
