@@ -114,7 +114,7 @@ def unrolled_transitions(path, depth: int, data_dir=DATA_DIR, count: int = 128,
     return layer_transitions(layer_states(deeper, batch), batch["attention_mask"])
 
 
-def _scored_summary(path: Path, data_dir: Path, max_seq_len: int) -> dict:
+def _scored_summary(path: Path, data_dir: Path, max_seq_len: int, pairs: str = "reference") -> dict:
     """A finished run's summary with its held-out scores and stored answers: those train_cached stored, when
     today's scoring code made them, or else computed now on one thread (what a worker of experiment_results runs)."""
     stored = load_result(path)
@@ -122,7 +122,7 @@ def _scored_summary(path: Path, data_dir: Path, max_seq_len: int) -> dict:
         return run_summary(path) | {"scores": stored["scores"], "predictions": stored["predictions"]}
     torch.set_num_threads(1)
     predictions = {}
-    scores = score(path, data_dir, max_seq_len, predictions=predictions)
+    scores = score(path, data_dir, max_seq_len, predictions=predictions, pairs=pairs)
     return run_summary(path) | {"scores": scores, "predictions": predictions}
 
 
@@ -139,7 +139,7 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
     paths = train_all(runs, runs_dir, data_dir, workers=workers)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:  # one run per process, as train_all
         summaries = list(pool.map(_scored_summary, paths, [data_dir] * len(runs),
-                                  [run.training.max_seq_len for run in runs]))
+                                  [run.training.max_seq_len for run in runs], [run.training.pairs for run in runs]))
     trunks = [r for r in (trunk_run(recipe), trunk_run(recipe, "none")) if r is not None]
     trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers=workers)]
 
@@ -154,7 +154,9 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
     seeds = {style: [curves(pair[style]) for pair in figure1] for style in figure1[0]}
     lengths = {run.training.max_seq_len for run in runs}
     return {**provenance(recipe, workers, summaries + trunk_summaries, started), "trunks": trunk_summaries,
-            "pairs": {str(length): held_out_pairs(data_dir, length) for length in sorted(lengths)},  # by T
+            "pair_recipe": check_recipe(recipe)["pairs"],  # how every pair, trained on or scored, was cut
+            "pairs": {str(length): held_out_pairs(data_dir, length, pairs=check_recipe(recipe)["pairs"])
+                      for length in sorted(lengths)},  # by T
             "table5": summaries[:len(table5)], "diagnostic": summaries[len(table5):len(table5) + len(diagnostic)],
             "figure1": {style: summaries[runs.index(r)] | {"transitions": seeds[style][0]["transitions"]}
                         for style, r in figure1[0].items()},

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import albert_edu
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
-from albert_edu.model import AlbertForPreTraining
-from albert_edu.pretraining_data import Example
+from albert_edu.model import AlbertForPreTraining, AlbertModel
+from albert_edu.pretraining_data import Example, collate, create_examples
 from albert_edu.tokenizer import Tokenizer
-from albert_edu.training import TrainingConfig, predict, pretrain, validation_examples
+from albert_edu.training import TrainingConfig, eval_mode, predict, pretrain, validation_examples
 
 RUNS_DIR = DATA_DIR / "runs"  # the cache of trained runs (not in git)
 RESULTS_DIR = DATA_DIR / "results"  # results of the long recipes (in git)
@@ -86,33 +87,78 @@ def run_dir(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR) -> P
 
 def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, threads: int | None = None) -> Path:
     """The directory of a finished run: trained now, or earlier by any chapter or command (the cache).
-    Training happens in a temporary directory that is renamed when complete, so a killed run leaves no
-    half-written entry, only a temporary directory that the next attempt clears. A run with a start trains
-    (or finds) that run first."""
+    Training happens in a partial directory that is renamed when complete, so a killed run leaves no
+    half-written entry. The next attempt resumes the partial run from its last checkpoint (bit-exact, chapter
+    7) unless another living process is training it; then this one trains its own copy from the start. A run
+    with a start trains (or finds) that run first."""
     final = run_dir(run, runs_dir, data_dir)
     if (final / "result.json").is_file():
         return final
     start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    started, predictions, previous = time.perf_counter(), {}, torch.get_num_threads()
-    torch.set_num_threads(threads or previous)
+    tmp, lock = final.with_name(f".{final.name}.partial"), final.with_name(f".{final.name}.lock")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if not _claim(lock):
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
-        pretrain(run.model, run.training, tmp, data_dir=Path(data_dir), progress=False, init_from=start)
-        seconds = round(time.perf_counter() - started, 1)
-        scores = score(tmp, data_dir, run.training.max_seq_len, predictions=predictions)
+        resumed_at = _resumable(tmp)
+        started, predictions, previous = time.perf_counter(), {}, torch.get_num_threads()
+        torch.set_num_threads(threads or previous)
+        try:
+            pretrain(run.model, run.training, tmp, resume=resumed_at > 0, data_dir=Path(data_dir), progress=False,
+                     init_from=start)
+            seconds = round(time.perf_counter() - started, 1)
+            scores = score(tmp, data_dir, run.training.max_seq_len, predictions=predictions, pairs=run.training.pairs)
+        finally:
+            torch.set_num_threads(previous)  # the caller's setting, for whatever it runs next
+        shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
+        result = {"name": run.name, "key": run_key(run, data_dir), "model": run.model.to_dict(),
+                  "training": asdict(run.training), "start": None if start is None else start.name,
+                  "seconds": seconds, "resumed_at": resumed_at, "scores": scores, "predictions": predictions,
+                  "scoring": scoring_key()}
+        (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+        if final.exists():  # another process finished the same run first; both are equal, keep theirs
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(final)
     finally:
-        torch.set_num_threads(previous)  # the caller's setting, for whatever it runs next
-    shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
-    result = {"name": run.name, "key": run_key(run, data_dir), "model": run.model.to_dict(),
-              "training": asdict(run.training), "start": None if start is None else start.name,
-              "seconds": seconds, "scores": scores, "predictions": predictions, "scoring": scoring_key()}
-    (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    if final.exists():  # another process finished the same run first; both are equal, keep theirs
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(final)
+        if tmp.name.endswith(".partial"):
+            lock.unlink(missing_ok=True)
     return final
+
+
+def _claim(lock: Path) -> bool:
+    """Take the lock file of a partial run for this process; False when a living process holds it."""
+    for _ in range(2):
+        try:
+            with open(lock, "x") as f:
+                f.write(str(os.getpid()))
+            return True
+        except FileExistsError:
+            try:
+                owner = int(lock.read_text())  # empty: its owner is writing it now
+                os.kill(owner, 0)  # signal 0: only asks whether the process exists
+                if owner != os.getpid():
+                    return False
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+            except (ValueError, PermissionError):  # being written, or held by a process of another user
+                return False
+            lock.unlink(missing_ok=True)  # left by a process that died
+    return False
+
+
+def _resumable(partial: Path) -> int:
+    """The step of the partial run's last checkpoint (its log cut back to that step), or 0 after clearing it."""
+    pointer = partial / "checkpoints" / "latest"
+    if not pointer.is_file():
+        shutil.rmtree(partial, ignore_errors=True)
+        return 0
+    step = json.loads((pointer.parent / pointer.read_text().strip() / "state.json").read_text())["step"]
+    log = partial / "log.jsonl"
+    if log.is_file():  # the steps after the checkpoint will be trained, and logged, again
+        lines = [line for line in log.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= step]
+        log.write_text("".join(lines))
+    return step
 
 
 def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, start: Run | None, runs_dir: Path,
@@ -155,36 +201,37 @@ def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
     return sum(recalls) / len(recalls)
 
 
-def held_out_examples(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict[str, list[Example]]:
+def held_out_examples(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4,
+                      pairs: str = "reference") -> dict[str, list[Example]]:
     """Every held-out SOP and NSP example of `passes` example-creation passes over the held-out documents:
-    each document is cut into pairs `passes` times, differently each time."""
+    each document is cut into pairs `passes` times, differently each time, as `pairs` says (chapter 6)."""
     tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
     documents = load_documents("validation", Path(data_dir))
     examples = {"sop": [], "nsp": []}
     for p in range(passes):
-        for task, subset in validation_examples(documents, tokenizer, max_seq_len, max_examples=None, seed=p).items():
+        for task, subset in validation_examples(documents, tokenizer, max_seq_len, None, p, pairs).items():
             examples[task] += subset
     return examples
 
 
-def held_out_pairs(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4) -> dict:
+def held_out_pairs(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4, pairs: str = "reference") -> dict:
     """What every scored pair is, in score's order, compactly: its label and whether it is whole (strings of
     0s and 1s) and its document. Together with a run's stored answers, this recomputes every pair-task figure."""
     return {task: {"labels": "".join(str(e.pair_label) for e in subset),
                    "whole": "".join(str(int(e.whole)) for e in subset),
                    "documents": [e.document for e in subset]}
-            for task, subset in held_out_examples(data_dir, max_seq_len, passes).items()}
+            for task, subset in held_out_examples(data_dir, max_seq_len, passes, pairs).items()}
 
 
 def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4,
-          predictions: dict | None = None) -> dict[str, float]:
+          predictions: dict | None = None, pairs: str = "reference") -> dict[str, float]:
     """A trained model's held-out scores on held_out_examples: MLM loss and accuracy (on the SOP examples, as
     chapter 7's evaluate), and for each pair task the accuracy, the majority-class rate and the balanced
     accuracy. `predictions`, when given, receives what a reader needs to recompute them: the answer to every
     pair (a string of 0s and 1s per task) and, per held-out document, the masked pieces, how many of them the
     model got right and the sum of its cross-entropy on them."""
     model = AlbertForPreTraining.from_pretrained(path)
-    examples = held_out_examples(data_dir, max_seq_len, passes)
+    examples = held_out_examples(data_dir, max_seq_len, passes, pairs)
     scores = {"examples": len(examples["sop"])}
     for task, subset in examples.items():
         seen = predict(model, subset)
@@ -230,10 +277,17 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 # Sizes of the same experiment, each produced by `albert-edu experiment --recipe NAME`. "book" fits in the
 # chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
 # record (section 8.6). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
-# continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5).
-RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0},
-           "pilot": {"steps": 2500, "seeds": (0, 1), "evaluations": 6, "max_seq_len": 64, "trunk_steps": 0},
-           "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000}}
+# continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5). "neutral" is "full"
+# on pairs whose lengths carry no label (chapter 6's "length-neutral" pairs; section 8.5 shows why). The long
+# recipes save a checkpoint every `save_every` steps, so that a killed command resumes where it stopped.
+RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0,
+                    "pairs": "reference", "save_every": 0},
+           "pilot": {"steps": 2500, "seeds": (0, 1), "evaluations": 6, "max_seq_len": 64, "trunk_steps": 0,
+                     "pairs": "reference", "save_every": 0},
+           "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
+                    "pairs": "reference", "save_every": 0},
+           "neutral": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
+                       "pairs": "length-neutral", "save_every": 100}}
 
 
 def check_recipe(recipe: str) -> dict:
@@ -249,7 +303,8 @@ def recipe_training(recipe: str, objective: str, seed: int, steps: int | None = 
     steps, evaluations = steps or settings["steps"], settings["evaluations"]
     return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=settings["max_seq_len"],
                           seed=seed, lr=5e-3, warmup_steps=steps // 15, log_every=10, mlm_weight=mlm_weight,
-                          eval_every=steps // evaluations if evaluations else 0)
+                          eval_every=steps // evaluations if evaluations else 0, pairs=settings["pairs"],
+                          save_every=settings["save_every"])
 
 
 def trunk_run(recipe: str, sharing: str = "all") -> Run | None:
@@ -394,4 +449,68 @@ def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tu
     return statistic, math.erfc(math.sqrt(statistic / 2))
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar']
+def pair_features(model, examples: list[Example], batch_size: int = 128) -> torch.Tensor:
+    """A frozen encoder's view of each pair, (len(examples), 3H): its final hidden state at [CLS], and its final
+    hidden states averaged over A's pieces and over B's (the [SEP]s included). The order of the last two lets a
+    linear rule compare A with B."""
+    out = []
+    with torch.no_grad(), eval_mode(model):
+        for i in range(0, len(examples), batch_size):
+            batch = collate(examples[i:i + batch_size])
+            h = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+            real, second = batch["attention_mask"].unsqueeze(-1).float(), batch["token_type_ids"].unsqueeze(-1).float()
+            first = real * (1 - second)
+            second = real * second
+            out.append(torch.cat([h[:, 0], (h * first).sum(1) / first.sum(1), (h * second).sum(1) / second.sum(1)], -1))
+    return torch.cat(out)
+
+
+def fit_probe(features: torch.Tensor, labels: list[int], weight_decay: float = 1e-3, iterations: int = 500):
+    """A linear probe: logistic regression on standardized features, each label weighted by half over its count
+    (so that it aims at balanced accuracy), with an L2 penalty, fitted by L-BFGS. Returns the rule: features ->
+    0/1 answers."""
+    y = torch.tensor(labels, dtype=torch.float32)
+    if len(set(labels)) != 2:
+        raise ValueError(f"labels hold {sorted(set(labels))}: a probe needs both 0 and 1")
+    mean, scale = features.mean(0), features.std(0) + 1e-6
+    x = (features - mean) / scale
+    w = torch.zeros(x.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    weight = torch.where(y == 1, 0.5 / y.mean(), 0.5 / (1 - y.mean()))
+    optimizer = torch.optim.LBFGS([w, b], max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def loss():
+        optimizer.zero_grad()
+        value = F.binary_cross_entropy_with_logits(x @ w + b, y, weight=weight) + weight_decay * w.square().sum()
+        value.backward()
+        return value
+
+    optimizer.step(loss)
+    w, b = w.detach(), b.detach()
+    return lambda z: (((z - mean) / scale) @ w + b > 0).long().tolist()
+
+
+def probe(path: Path, pairs: str = "reference", seeds: tuple = (0, 1, 2), data_dir: Path = DATA_DIR,
+          max_seq_len: int = 128) -> dict:
+    """Linear probes of a frozen model (a trunk) for SOP and NSP: for each seed, one fitted on one pass of the
+    training split's pairs of that task (the pass of that seed), then asked every held-out pair that `score`
+    asks. Returns per task the balanced accuracy on the training pairs and the answers to the held-out pairs
+    (a string of 0s and 1s), per seed."""
+    model = AlbertModel.from_pretrained(path)
+    tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
+    train = load_documents("train", Path(data_dir))
+    held_out = held_out_examples(data_dir, max_seq_len, pairs=pairs)
+    out = {"pairs": pairs, "seeds": list(seeds)}
+    for task in ("sop", "nsp"):
+        asked = pair_features(model, held_out[task])
+        out[task] = {"train_balanced": [], "answers": []}
+        for seed in seeds:
+            examples = create_examples(train, tokenizer, task, max_seq_len, seed=1000 + seed, pairs=pairs)
+            features, labels = pair_features(model, examples), [e.pair_label for e in examples]
+            rule = fit_probe(features, labels)
+            out[task]["train_balanced"].append(balanced_accuracy(rule(features), labels))
+            out[task]["answers"].append("".join(map(str, rule(asked))))
+    return out
+
+
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'pair_features', 'fit_probe', 'probe']

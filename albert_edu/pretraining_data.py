@@ -16,6 +16,11 @@ from albert_edu.corpus import Document, write_atomically
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 OBJECTIVES = ("sop", "nsp", "none")
+# How pairs are cut (section 6.2): "reference" as ALBERT's create_pretraining_data.py; "length-neutral" so that
+# a pair's lengths say nothing of its label (chapter 8 shows that the reference's do): the sentence that crosses
+# the target ends its chunk or starts the next one at random, each chunk is cut where A and B come closest in
+# length, NSP's random B is as long as the B it replaces, and one-sentence chunks are skipped under every objective.
+PAIR_RECIPES = ("reference", "length-neutral")
 
 
 @dataclass
@@ -37,16 +42,19 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Rando
 
 
 def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len: int, rng: random.Random,
-                  short_seq_prob: float = 0.1, counts: Counter | None = None, sources: list | None = None):
-    """Yield (A, B, label) from tokenized documents (documents -> sentences -> ids), following the reference
-    recipe: fill chunks with whole sentences up to a target length (for a fraction short_seq_prob of the
-    documents a random shorter one), cut each at a random sentence boundary, then make the pair the objective
-    asks for. `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens;
-    `sources` receives for each pair, as it is yielded, (index of A's document in `documents`, whether the
-    pair is whole: not shortened by truncate_pair)."""
+                  short_seq_prob: float = 0.1, counts: Counter | None = None, sources: list | None = None,
+                  pairs: str = "reference"):
+    """Yield (A, B, label) from tokenized documents (documents -> sentences -> ids): fill chunks with whole
+    sentences up to a target length (for a fraction short_seq_prob of the documents a random shorter one), cut
+    each at a sentence boundary, then make the pair the objective asks for, as `pairs` says (PAIR_RECIPES).
+    `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens; `sources`
+    receives for each pair, as it is yielded, (index of A's document in `documents`, whether the pair is whole:
+    not shortened by truncate_pair)."""
     counts = Counter() if counts is None else counts
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
+    if pairs not in PAIR_RECIPES:
+        raise ValueError(f"pairs={pairs!r}: expected one of {PAIR_RECIPES}")
     max_tokens = max_seq_len - 3  # [CLS], [SEP], [SEP]
     if max_tokens < 2:
         raise ValueError(f"max_seq_len={max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
@@ -60,8 +68,11 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
             chunk.append(document[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
+                if pairs == "length-neutral" and length >= target and len(chunk) > 2 and rng.random() < 0.5:
+                    length -= len(chunk.pop())  # the sentence that crossed the target starts the next chunk
+                    i -= 1
                 counts["chunks"] += 1
-                pair = _make_pair(chunk, documents, d, objective, target, rng)
+                pair = _make_pair(chunk, documents, d, objective, target, rng, pairs, max_tokens)
                 if pair is None:
                     counts["skipped chunks"] += 1
                     counts["skipped tokens"] += length
@@ -77,28 +88,75 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
             i += 1
 
 
-def _make_pair(chunk, documents, d, objective, target, rng):
+def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", max_tokens=None):
     """(A, B, label, number of chunk sentences to put back), or None when no pair can be made."""
-    if len(chunk) == 1 and (objective != "nsp" or len(documents) == 1):
-        return None  # SOP or none: no sentence boundary to cut at, and a sentence is never cut inside
+    neutral = pairs == "length-neutral"
+    if len(chunk) == 1 and (objective != "nsp" or len(documents) == 1 or neutral):
+        return None  # no sentence boundary to cut at, and a sentence is never cut inside
     if len(chunk) == 1:
         a_end = 1  # NSP, as the reference: one sentence is all of A, and B must come from another document
+    elif neutral:
+        a_end = _even_cut(chunk)
     else:
         a_end = rng.randint(1, len(chunk) - 1)
     a = [t for sentence in chunk[:a_end] for t in sentence]
     b = [t for sentence in chunk[a_end:] for t in sentence]
     if objective == "nsp" and (not b or rng.random() < 0.5) and len(documents) > 1:
-        other = rng.randrange(len(documents) - 1)
-        other += other >= d  # any document but this one
-        b, want = [], max(1, target - len(a))
-        for sentence in documents[other][rng.randrange(len(documents[other])):]:
-            b += sentence
-            if len(b) >= want:
-                break
+        if neutral:
+            # as long as the B it replaces, give or take 10%, and filling the sequence exactly when that B does
+            # (a pair that fills it would otherwise say "label 0" more often, one that falls short "label 1")
+            tolerance, room = max(2, len(b) // 10), (max_tokens or len(a) + len(b) + 1) - len(a)
+            if len(b) >= room:
+                b = _random_b(documents, d, max(len(b) - tolerance, room), len(b) + tolerance, rng)
+            else:
+                b = _random_b(documents, d, max(len(b) - tolerance, 1), min(len(b) + tolerance, room - 1), rng)
+        else:
+            other = rng.randrange(len(documents) - 1)
+            other += other >= d  # any document but this one
+            b, want = [], max(1, target - len(a))
+            for sentence in documents[other][rng.randrange(len(documents[other])):]:
+                b += sentence
+                if len(b) >= want:
+                    break
         return a, b, 1, len(chunk) - a_end
     if objective == "sop" and rng.random() < 0.5:
         return b, a, 1, 0
     return a, b, 0, 0
+
+
+def _even_cut(chunk) -> int:
+    """The sentence boundary that leaves A and B closest in length (the first, when two are equally close)."""
+    total, before, best = sum(len(s) for s in chunk), 0, None
+    for k in range(1, len(chunk)):
+        before += len(chunk[k - 1])
+        if best is None or abs(2 * before - total) < best[0]:
+            best = (abs(2 * before - total), k)
+    return best[1]
+
+
+def _random_b(documents, d, shortest: int, longest: int, rng, tries: int = 10) -> list[int]:
+    """A run of whole consecutive sentences from another document, from `shortest` to `longest` tokens long: a
+    random one of such runs in the first of up to `tries` random documents that has any, otherwise the run
+    seen that misses the range by least."""
+    closest = None
+    for _ in range(tries):
+        other = rng.randrange(len(documents) - 1)
+        other += other >= d  # any document but this one
+        runs = []  # (tokens outside the range, document, first sentence, end): every run from each start
+        for start in range(len(documents[other])):
+            length = 0
+            for end in range(start, len(documents[other])):
+                length += len(documents[other][end])
+                runs.append((max(shortest - length, length - longest, 0), other, start, end + 1))
+                if length >= longest:
+                    break
+        inside = [run for run in runs if run[0] == 0]
+        if inside:
+            closest = inside[rng.randrange(len(inside))]
+            break
+        closest = min(runs) if closest is None else min(closest, min(runs))
+    _, other, start, end = closest
+    return [t for sentence in documents[other][start:end] for t in sentence]
 
 
 FUNCTION_PIECES = 300  # pieces are numbered roughly by frequency: the commonest stand in for function words
@@ -176,13 +234,14 @@ def mask_ngrams(ids: list[int], tokenizer: Tokenizer, rng: random.Random, mask_p
 
 
 def create_examples(documents: list[Document], tokenizer: Tokenizer, objective: str, max_seq_len: int,
-                    seed: int) -> list[Example]:
+                    seed: int, pairs: str = "reference") -> list[Example]:
     """Every example of one pass over the documents, in a deterministic order for a given seed, each with the
-    index of its document in `documents` (the unit that chapter 8's statistics resample)."""
+    index of its document in `documents` (the unit that chapter 8's statistics resample); pairs cut as `pairs`
+    says (PAIR_RECIPES)."""
     rng = random.Random(seed)
     tokenized = [tokenizer.encode_batch(d.sentences) for d in documents]
     examples, sources = [], []
-    for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng, sources=sources):
+    for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng, sources=sources, pairs=pairs):
         ids, types = tokenizer.encode_pair(a, b)
         masked, positions, labels = mask_ngrams(ids, tokenizer, rng)
         document, whole = sources[-1]
@@ -222,4 +281,4 @@ def collate(examples: list[Example], pad_id: int = Tokenizer.pad_id) -> dict[str
             "labels": labels, "sentence_order_label": torch.tensor([e.pair_label for e in examples])}
 
 
-__all__ = ['OBJECTIVES', 'Example', 'truncate_pair', 'segment_pairs', 'FUNCTION_PIECES', 'overlap', 'best_threshold', 'NGRAM_WEIGHTS', 'word_units', 'choose_spans', 'mask_ngrams', 'create_examples', 'write_examples', 'read_examples', 'collate']
+__all__ = ['OBJECTIVES', 'PAIR_RECIPES', 'Example', 'truncate_pair', 'segment_pairs', 'FUNCTION_PIECES', 'overlap', 'best_threshold', 'NGRAM_WEIGHTS', 'word_units', 'choose_spans', 'mask_ngrams', 'create_examples', 'write_examples', 'read_examples', 'collate']

@@ -24,7 +24,7 @@ from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
-from albert_edu.pretraining_data import OBJECTIVES, Example, collate, create_examples
+from albert_edu.pretraining_data import OBJECTIVES, PAIR_RECIPES, Example, collate, create_examples
 from albert_edu.tokenizer import Tokenizer
 
 
@@ -47,6 +47,7 @@ class TrainingConfig:
     eval_every: int = 0  # 0: evaluate only at the end
     log_every: int = 10
     mlm_weight: float = 1.0  # the MLM loss's weight; 0 trains the pair head alone (chapter 8's diagnostic)
+    pairs: str = "reference"  # how pairs are cut: PAIR_RECIPES of chapter 6 ("length-neutral": lengths carry no label)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -56,6 +57,8 @@ class TrainingConfig:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a positive integer")
         if self.max_seq_len < 5:
             raise ValueError(f"max_seq_len={self.max_seq_len}: expected at least 5")
+        if self.pairs not in PAIR_RECIPES:
+            raise ValueError(f"pairs={self.pairs!r}: expected one of {PAIR_RECIPES}")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr}: expected a positive learning rate")
         if self.optimizer not in OPTIMIZERS:
@@ -73,15 +76,17 @@ class ExampleStream:
     shuffled. A position (epoch, index) says exactly where the stream is, so a resumed run continues with
     the very batch an uninterrupted run would see."""
 
-    def __init__(self, documents, tokenizer: Tokenizer, objective: str, max_seq_len: int, seed: int):
+    def __init__(self, documents, tokenizer: Tokenizer, objective: str, max_seq_len: int, seed: int,
+                 pairs: str = "reference"):
         self.documents, self.tokenizer = documents, tokenizer
-        self.objective, self.max_seq_len, self.seed = objective, max_seq_len, seed
+        self.objective, self.max_seq_len, self.seed, self.pairs = objective, max_seq_len, seed, pairs
         self.epoch, self.index, self._examples = 0, 0, None
 
     def _epoch_examples(self):
         if self._examples is None:
             seed = self.seed * 1_000_003 + self.epoch
-            self._examples = create_examples(self.documents, self.tokenizer, self.objective, self.max_seq_len, seed)
+            self._examples = create_examples(self.documents, self.tokenizer, self.objective, self.max_seq_len, seed,
+                                             self.pairs)
             random.Random(seed).shuffle(self._examples)
         return self._examples
 
@@ -169,12 +174,12 @@ def _parameters(optimizer) -> list:
 
 
 def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int, max_examples: int | None = 512,
-                        seed: int = 4321) -> dict[str, list[Example]]:
-    """Held-out SOP and NSP examples, drawn from all documents: shuffled with a fixed seed, then cut to
-    max_examples (None: keep all)."""
+                        seed: int = 4321, pairs: str = "reference") -> dict[str, list[Example]]:
+    """Held-out SOP and NSP examples, drawn from all documents and cut as `pairs` says: shuffled with a fixed
+    seed, then cut to max_examples (None: keep all)."""
     examples = {}
     for objective in ("sop", "nsp"):
-        every = create_examples(documents, tokenizer, objective, max_seq_len, seed=seed)
+        every = create_examples(documents, tokenizer, objective, max_seq_len, seed=seed, pairs=pairs)
         random.Random(seed).shuffle(every)
         examples[objective] = every[:max_examples]
     return examples
@@ -311,7 +316,7 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
         continue_from(model, Path(init_from))
     optimizer = OPTIMIZERS[config.optimizer](parameter_groups(model, config.weight_decay), lr=config.lr)
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
-                           config.seed)
+                           config.seed, config.pairs)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
     if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
         kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
@@ -358,7 +363,8 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     tokenizer = Tokenizer.load(data_dir / "tokenizer")
     run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from)
-    validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len)
+    validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len,
+                                     pairs=config.pairs)
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = run.rank == 0
     metrics, started, tokens, result = {}, time.perf_counter(), 0, None

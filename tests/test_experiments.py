@@ -4,6 +4,7 @@
 import ast
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,68 @@ def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
         analysis._scored_summary(path, DATA_DIR, QUICK.max_seq_len)
 
 
+def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_weights_and_log(tmp_path):
+    from safetensors.torch import load_file
+
+    run = Run("resumable", SMALL_MODEL, replace(QUICK, steps=6, save_every=2))
+    whole = train_cached(run, tmp_path / "whole")
+    killed = run_dir(run, tmp_path / "killed")
+    partial = killed.with_name(f".{killed.name}.partial")
+    experiments.pretrain(run.model, run.training, partial, progress=False, stop_after=5)  # killed at step 5
+    assert train_cached(run, tmp_path / "killed") == killed and not partial.exists()
+    assert load_result(whole)["resumed_at"] == 0 and load_result(killed)["resumed_at"] == 4  # the last checkpoint
+    ours, theirs = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    logged = [[(r["step"], r.get("loss")) for r in map(json.loads, (path / "log.jsonl").read_text().splitlines())]
+              for path in (whole, killed)]
+    assert logged[0] == logged[1] and [step for step, loss in logged[0] if loss is not None] == [1, 2, 3, 4, 5, 6]
+    assert load_result(killed)["scores"] == load_result(whole)["scores"]
+
+
+def test_a_partial_run_held_by_a_living_process_is_left_alone_and_a_dead_ones_is_taken(tmp_path):
+    run = Run("quick", SMALL_MODEL, QUICK)
+    final = run_dir(run, tmp_path)
+    partial, lock = final.with_name(f".{final.name}.partial"), final.with_name(f".{final.name}.lock")
+    partial.mkdir(parents=True)
+    (partial / "theirs").write_text("")
+    lock.write_text(str(os.getppid()))  # alive, and not this process
+    assert (train_cached(run, tmp_path) / "result.json").is_file()
+    assert (partial / "theirs").exists() and lock.read_text() == str(os.getppid())
+    assert not list(tmp_path.glob(f".{final.name}.*.tmp"))  # this process's own copy became the entry
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(dead.stdout.strip())
+    assert experiments._claim(lock) and lock.read_text() == str(os.getpid())
+
+
+def test_a_linear_probe_finds_a_direction_that_separates_the_labels_and_needs_both_labels():
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(400, 6, generator=generator)
+    labels = (features[:, 2] - 0.5 * features[:, 4] > 0.3).long().tolist()  # linearly separable, unevenly split
+    rule = experiments.fit_probe(features * 10 + 3, labels)  # standardized inside: the scale does not matter
+    assert experiments.balanced_accuracy(rule(features * 10 + 3), labels) > 0.97
+    with pytest.raises(ValueError, match=r"labels hold \[1\]: a probe needs both 0 and 1"):
+        experiments.fit_probe(features, [1] * 400)
+
+
+def test_pair_features_read_cls_and_the_two_segments_in_order():
+    from albert_edu.model import AlbertModel
+    from albert_edu.pretraining_data import Example
+
+    torch.manual_seed(0)
+    model = AlbertModel(SMALL_MODEL)
+    pair = Example([2, 50, 51, 3, 60, 61, 62, 3], [0, 0, 0, 0, 1, 1, 1, 1], [], [], 0)
+    short = Example([2, 70, 3, 71, 3], [0, 0, 0, 1, 1], [], [], 1)
+    features = experiments.pair_features(model, [pair, short], batch_size=1)
+    assert features.shape == (2, 3 * SMALL_MODEL.hidden_size)
+    assert model.training  # pair_features reads without dropout, and leaves the model as it found it
+    with torch.no_grad():
+        h = model.eval()(torch.tensor([pair.input_ids]), token_type_ids=torch.tensor([pair.token_type_ids])).last_hidden_state[0]
+    expected = torch.cat([h[0], h[:4].mean(0), h[4:].mean(0)])
+    assert torch.allclose(features[0], expected, atol=1e-5)
+    together = experiments.pair_features(model, [pair, short], batch_size=2)  # padding changes nothing
+    assert torch.allclose(together, features, atol=1e-5)
+
+
 def test_recipes_share_the_albert_style_run_and_reject_unknown_names():
     for recipe in RECIPES:
         runs = table5_runs(recipe)
@@ -150,12 +213,23 @@ def test_the_stored_pilot_results_belong_to_the_current_pilot_recipe():
 def test_the_stored_full_results_hold_three_seeds_and_every_answer():
     results = json.loads((RESULTS_DIR / "full.json").read_text())
     assert results["recipe"] == "full" and results["command"] == "albert-edu experiment --recipe full"
-    assert [a["what"] for a in results["added"]] == ["figure1_seeds ALBERT-style unrolled to 200 applications"]
+    assert [a["what"].split(":")[0] for a in results["added"]] == [
+        "figure1_seeds ALBERT-style unrolled to 200 applications", "training.pairs = 'reference' in every run's settings",
+        "probes"]
+    probes = results["probes"]
+    assert probes["trunk"] == "trunk-full"
+    for name, held in (("reference", results["pairs"]["128"]), ("length-neutral", probes["held_out_pairs_neutral"])):
+        assert probes[name]["pairs"] == name and probes[name]["seeds"] == [0, 1, 2]
+        for task in ("sop", "nsp"):
+            assert len(probes[name][task]["answers"]) == 3 and len(probes[name][task]["train_balanced"]) == 3
+            assert all(len(a) == len(held[task]["labels"]) == len(held[task]["documents"]) and set(a) <= {"0", "1"}
+                       for a in probes[name][task]["answers"])
     runs = table5_runs("full")
     assert [(r["model"], r["training"]) for r in results["table5"]] == \
         [(r.model.to_dict(), asdict(r.training)) for r in runs]
     [diagnostic] = experiments.diagnostic_runs("full")
-    assert [(r["model"], r["training"]) for r in results["diagnostic"]] == [(diagnostic.model.to_dict(), asdict(diagnostic.training))]
+    assert [(r["model"], r["training"]) for r in results["diagnostic"]] == \
+        [(diagnostic.model.to_dict(), asdict(diagnostic.training))]
     pairs = results["pairs"]["128"]
     for r in results["table5"] + results["diagnostic"]:
         for task in ("sop", "nsp"):  # the stored answers recompute the stored scores

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from albert_edu.corpus import load_documents
 from albert_edu.pretraining_data import (FUNCTION_PIECES, Example, best_threshold, choose_spans, collate,
-                                         create_examples, mask_ngrams, overlap, read_examples, segment_pairs,
-                                         truncate_pair, word_units)
+                                         PAIR_RECIPES, create_examples, mask_ngrams, overlap, read_examples,
+                                         segment_pairs, truncate_pair, word_units)
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer, starts_unit
 
 TOKENIZER = Tokenizer.load()
@@ -26,10 +26,11 @@ DOCUMENTS = st.lists(st.lists(SENTENCE, min_size=1, max_size=8), min_size=2, max
 
 @settings(max_examples=60, deadline=None)
 @given(documents=DOCUMENTS, objective=st.sampled_from(["sop", "nsp", "none"]),
-       max_seq_len=st.integers(min_value=5, max_value=96), seed=st.integers(0, 2**16))
-def test_pairs_fit_and_sop_pairs_come_from_one_document(documents, objective, max_seq_len, seed):
+       max_seq_len=st.integers(min_value=5, max_value=96), seed=st.integers(0, 2**16),
+       pairs=st.sampled_from(PAIR_RECIPES))
+def test_pairs_fit_and_sop_pairs_come_from_one_document(documents, objective, max_seq_len, seed, pairs):
     text = {d: [t for s in doc for t in s] for d, doc in enumerate(documents)}
-    for a, b, label in segment_pairs(documents, objective, max_seq_len, random.Random(seed)):
+    for a, b, label in segment_pairs(documents, objective, max_seq_len, random.Random(seed), pairs=pairs):
         assert a and b and len(a) + len(b) <= max_seq_len - 3
         assert label in (0, 1) and (label == 0 or objective != "none")
         if objective in ("sop", "none"):  # both segments from one document, in order unless swapped
@@ -133,11 +134,19 @@ def test_cli_writes_examples_that_read_back(tmp_path):
     assert examples == create_examples(load_documents("validation"), TOKENIZER, "sop", 64, seed=1)
     assert set(json.loads(out.read_text().splitlines()[0])) == {
         "input_ids", "token_type_ids", "mlm_positions", "mlm_labels", "pair_label", "document", "whole"}
+    neutral = tmp_path / "neutral.jsonl"
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--objective", "nsp", "--out",
+                             str(neutral), "--pairs", "length-neutral", "--split", "validation"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert read_examples(neutral) == create_examples(load_documents("validation"), TOKENIZER, "nsp", 128, seed=0,
+                                                     pairs="length-neutral")
 
 
 @pytest.mark.parametrize("arguments, message", [
     (["--objective", "mlm"], "invalid choice: 'mlm'"),
     (["--objective", "sop", "--max-seq-len", "3"], "--max-seq-len 3: expected at least 5"),
+    (["--objective", "sop", "--pairs", "even"], "argument --pairs: invalid choice: 'even'"),
 ])
 def test_cli_rejects_bad_arguments(arguments, message, tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--out", str(tmp_path / "x"),
@@ -149,20 +158,21 @@ LONG = 2000  # no truncation and one chunk per document for the generated docume
 
 
 @settings(max_examples=60, deadline=None)
-@given(documents=DOCUMENTS, seed=st.integers(0, 2**16))
-def test_sop_and_none_pairs_are_consecutive_text_of_one_document_in_or_out_of_order(documents, seed):
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16), pairs=st.sampled_from(PAIR_RECIPES))
+def test_sop_and_none_pairs_are_consecutive_text_of_one_document_in_or_out_of_order(documents, seed, pairs):
     texts = [[t for s in doc for t in s] for doc in documents]
     for objective in ("sop", "none"):
-        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob=0):
+        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob=0,
+                                         pairs=pairs):
             first, second = (b, a) if label else (a, b)
             assert any(_contains(text, first + second) for text in texts)
 
 
 @settings(max_examples=60, deadline=None)
-@given(documents=DOCUMENTS, seed=st.integers(0, 2**16))
-def test_nsp_negatives_come_from_another_document_and_positives_are_consecutive(documents, seed):
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16), pairs=st.sampled_from(PAIR_RECIPES))
+def test_nsp_negatives_come_from_another_document_and_positives_are_consecutive(documents, seed, pairs):
     texts = [[t for s in doc for t in s] for doc in documents]
-    for a, b, label in segment_pairs(documents, "nsp", LONG, random.Random(seed), short_seq_prob=0):
+    for a, b, label in segment_pairs(documents, "nsp", LONG, random.Random(seed), short_seq_prob=0, pairs=pairs):
         homes = [d for d, text in enumerate(texts) if _contains(text, a)]
         if label == 0:
             assert any(_contains(texts[d], a + b) for d in homes)
@@ -171,13 +181,14 @@ def test_nsp_negatives_come_from_another_document_and_positives_are_consecutive(
 
 
 @settings(max_examples=80, deadline=None)
-@given(documents=DOCUMENTS, seed=st.integers(0, 2**16), short_seq_prob=st.sampled_from([0.0, 0.5, 1.0]))
-def test_sop_and_none_never_cut_inside_a_sentence(documents, seed, short_seq_prob):
+@given(documents=DOCUMENTS, seed=st.integers(0, 2**16), short_seq_prob=st.sampled_from([0.0, 0.5, 1.0]),
+       pairs=st.sampled_from(PAIR_RECIPES))
+def test_sop_and_none_never_cut_inside_a_sentence(documents, seed, short_seq_prob, pairs):
     # every sentence of every document is a run of one distinct token, so a segment's edges show where it was cut
     documents = [[[1000 * d + 10 * i + 7] * len(s) for i, s in enumerate(doc)] for d, doc in enumerate(documents)]
     length = {s[0]: len(s) for doc in documents for s in doc}
     for objective in ("sop", "none"):
-        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob):
+        for a, b, label in segment_pairs(documents, objective, LONG, random.Random(seed), short_seq_prob, pairs=pairs):
             first, second = (b, a) if label else (a, b)
             # first ends where a sentence ends and second starts where the next one starts: whole sentences
             assert first[-1] != second[0], (first, second)
@@ -193,6 +204,54 @@ def test_a_single_sentence_document_makes_no_sop_pair_and_an_nsp_pair_from_anoth
     assert counts == {"chunks": 1, "skipped chunks": 1, "skipped tokens": 9}
     pairs = list(segment_pairs(documents, "nsp", LONG, random.Random(0), short_seq_prob=0))
     assert ([11] * 9, 1) in [(a, label) for a, _, label in pairs]
+
+
+def _length_gaps(documents, pairs, seeds=range(3)):
+    """Per seed, label 1 minus label 0: the mean NSP pair length (tokens), the share of NSP pairs that fill the
+    sequence, and the share of SOP pairs whose second segment is the longer."""
+    def mean_by(found, label, feature):
+        values = [feature(a, b) for a, b, y in found if y == label]
+        return sum(values) / len(values)
+
+    gaps = []
+    for seed in seeds:
+        nsp = list(segment_pairs(documents, "nsp", 128, random.Random(seed), pairs=pairs))
+        sop = list(segment_pairs(documents, "sop", 128, random.Random(seed), pairs=pairs))
+        features = [(nsp, lambda a, b: len(a) + len(b)), (nsp, lambda a, b: len(a) + len(b) == 125),
+                    (sop, lambda a, b: len(b) > len(a))]
+        gaps.append([mean_by(found, 1, f) - mean_by(found, 0, f) for found, f in features])
+    return gaps
+
+
+def test_length_neutral_pairs_have_the_same_lengths_under_either_label_and_reference_pairs_do_not():
+    documents = [TOKENIZER.encode_batch(d.sentences) for d in load_documents("validation")] * 4
+    reference, neutral = _length_gaps(documents, "reference"), _length_gaps(documents, "length-neutral")
+    # the reference: random Bs stop at their document's end, and the long sentence that ends a chunk goes to B
+    assert all(tokens < -3 and full < -0.08 and longer < -0.07 for tokens, full, longer in reference), reference
+    assert all(abs(tokens) < 1.5 and abs(full) < 0.03 and abs(longer) < 0.04 for tokens, full, longer in neutral), neutral
+
+
+def test_a_length_neutral_random_b_is_whole_sentences_of_another_document_as_long_as_the_b_it_replaces():
+    from albert_edu.pretraining_data import _even_cut, _random_b
+
+    assert _even_cut([[1] * 5, [2], [3], [4] * 5]) == 2 and _even_cut([[1] * 10, [2], [3]]) == 1
+    documents = [[[d * 100 + i] * (i + 1) for i in range(8)] for d in range(5)]  # sentence i: i + 1 copies of d*100+i
+    rng = random.Random(0)
+    for _ in range(200):
+        d, shortest = rng.randrange(5), rng.randint(1, 30)
+        b = _random_b(documents, d, shortest, shortest + 2, rng)
+        assert shortest <= len(b) <= shortest + 2 and b[0] // 100 != d
+        sentences = [b[i:i + b[i] % 100 + 1] for i in range(len(b)) if i == 0 or b[i] != b[i - 1]]
+        home = documents[b[0] // 100]
+        assert sum(map(len, sentences)) == len(b) and all(s in home for s in sentences)  # whole sentences
+        assert [home.index(s) for s in sentences] == list(range(home.index(sentences[0]), home.index(sentences[0]) + len(sentences)))
+    # no run is long enough: the one that misses the range by least, a whole document
+    assert len(_random_b(documents, 0, 100, 110, random.Random(1))) == sum(range(1, 9))
+
+
+def test_an_unknown_pair_recipe_is_refused_by_name():
+    with pytest.raises(ValueError, match="pairs='balanced'.*reference"):
+        list(segment_pairs([[[5, 6]]], "sop", 64, random.Random(0), pairs="balanced"))
 
 
 def test_nsp_uses_every_sentence_of_a_document_for_segment_a_or_consecutive_b():

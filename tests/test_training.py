@@ -77,6 +77,11 @@ def test_lamb_rejects_impossible_settings(kwargs, message):
         Lamb([torch.zeros(1, requires_grad=True)], **kwargs)
 
 
+def test_training_config_refuses_an_unknown_pair_recipe_by_name():
+    with pytest.raises(ValueError, match="pairs='balanced': expected one of"):
+        TrainingConfig(pairs="balanced")
+
+
 def test_schedule_warms_up_linearly_then_decays_to_zero():
     factors = [warmup_then_linear_decay(s, 10, 100) for s in (0, 5, 10, 55, 100, 120)]
     assert factors == pytest.approx([0.0, 0.5, 0.9, 0.45, 0.0, 0.0])
@@ -153,6 +158,7 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
     (["--lr", "-1"], "lr=-1.0: expected a positive learning rate"),
     (["--eval-every", "-2"], "eval_every=-2: expected a non-negative integer"),
     (["--max-seq-len", "600"], "max_seq_len=600 exceeds the model's max_position_embeddings=512"),
+    (["--pairs", "balanced"], "argument --pairs: invalid choice: 'balanced'"),
 ])
 def test_cli_rejects_bad_settings_with_a_clear_error(arguments, message, tmp_path):
     # argparse keeps the last value of a repeated option, so appending overrides COMMAND's settings

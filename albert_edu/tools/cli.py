@@ -82,10 +82,11 @@ def _training_defaults() -> dict:
 
 
 def configure_make_examples(p: argparse.ArgumentParser) -> None:
-    from albert_edu.pretraining_data import OBJECTIVES
+    from albert_edu.pretraining_data import OBJECTIVES, PAIR_RECIPES
 
     defaults = _training_defaults()
     p.add_argument("--objective", required=True, choices=OBJECTIVES)
+    p.add_argument("--pairs", default=defaults["pairs"], choices=PAIR_RECIPES, help=TRAINING_HELP["pairs"])
     p.add_argument("--out", type=Path, required=True, help="output file (.jsonl)")
     p.add_argument("--seed", type=int, default=defaults["seed"])
     p.add_argument("--max-seq-len", type=int, default=defaults["max_seq_len"])
@@ -103,7 +104,7 @@ def make_examples(args) -> None:
         raise CommandError(f"--max-seq-len {args.max_seq_len}: expected at least 5 ([CLS] A [SEP] B [SEP])")
     documents = load_documents(args.split, args.data_dir)
     tokenizer = Tokenizer.load(args.tokenizer or args.data_dir / "tokenizer")
-    examples = create_examples(documents, tokenizer, args.objective, args.max_seq_len, args.seed)
+    examples = create_examples(documents, tokenizer, args.objective, args.max_seq_len, args.seed, args.pairs)
     write_examples(examples, args.out)
     print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents "
           f"to {args.out}")
@@ -117,12 +118,13 @@ TRAINING_HELP = {
     "accumulation": "micro-batches per step",
     "save_every": "checkpoint every K steps (0: only at the end)",
     "eval_every": "held-out evaluation every K steps (0: only at the end)",
+    "pairs": "how pairs are cut: as ALBERT's reference, or so that lengths carry no label (chapter 6)",
 }
 
 
 def configure_pretrain(p: argparse.ArgumentParser) -> None:
     from albert_edu.config import PRESETS
-    from albert_edu.pretraining_data import OBJECTIVES
+    from albert_edu.pretraining_data import OBJECTIVES, PAIR_RECIPES
     from albert_edu.training import OPTIMIZERS
 
     p.add_argument("--preset", required=True, choices=sorted(PRESETS), help="a geometry of AlbertConfig")
@@ -135,8 +137,8 @@ def configure_pretrain(p: argparse.ArgumentParser) -> None:
     training = p.add_argument_group("training (the fields of TrainingConfig, chapter 7)")
     for name, default in _training_defaults().items():
         flag = "--" + name.replace("_", "-")
-        extra = {"choices": {"objective": OBJECTIVES, "optimizer": tuple(OPTIMIZERS)}[name]} \
-            if name in ("objective", "optimizer") else {}
+        choices = {"objective": OBJECTIVES, "optimizer": tuple(OPTIMIZERS), "pairs": PAIR_RECIPES}
+        extra = {"choices": choices[name]} if name in choices else {}
         training.add_argument(flag, type=type(default), default=default,
                               help=f"{TRAINING_HELP.get(name, name.replace('_', ' '))} (default: {default})", **extra)
 
@@ -166,8 +168,9 @@ def configure_experiment(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default="book", choices=[*sorted(RECIPES), "sweep"],
                    help="book (minutes, the chapters' live runs), pilot (the first long recipe, whose results "
                         "the chapters show until full has run), full (one MLM trunk per geometry continued with "
-                        "each objective, three seeds; about two hours on 2 cores) or sweep (the learning-rate "
-                        "sweep behind the full recipe)")
+                        "each objective, three seeds; about two hours on 2 cores), neutral (full on pairs whose "
+                        "lengths carry no label; about as long, and it resumes where a killed command stopped) "
+                        "or sweep (the learning-rate sweep behind the full recipe)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
     p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
