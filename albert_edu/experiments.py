@@ -278,7 +278,7 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 # chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
 # record (section 8.6). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
 # continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5). "neutral" is "full"
-# on pairs whose lengths carry no label (chapter 6's "length-neutral" pairs; section 8.5 shows why). The long
+# on pairs whose lengths and sources carry no label (chapter 6's "neutral" pairs; section 8.5 shows why). The long
 # recipes save a checkpoint every `save_every` steps, so that a killed command resumes where it stopped.
 RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0,
                     "pairs": "reference", "save_every": 0},
@@ -287,7 +287,7 @@ RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len"
            "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
                     "pairs": "reference", "save_every": 0},
            "neutral": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
-                       "pairs": "length-neutral", "save_every": 100}}
+                       "pairs": "neutral", "save_every": 100}}
 
 
 def check_recipe(recipe: str) -> dict:
@@ -451,8 +451,8 @@ def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tu
 
 def pair_features(model, examples: list[Example], batch_size: int = 128) -> torch.Tensor:
     """A frozen encoder's view of each pair, (len(examples), 3H): its final hidden state at [CLS], and its final
-    hidden states averaged over A's pieces and over B's (the [SEP]s included). The order of the last two lets a
-    linear rule compare A with B."""
+    hidden states averaged over the positions of type 0 ([CLS] A [SEP]) and over those of type 1 (B [SEP]). The
+    order of the last two lets a linear rule compare A with B."""
     out = []
     with torch.no_grad(), eval_mode(model):
         for i in range(0, len(examples), batch_size):

@@ -8,6 +8,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import asdict, dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -16,11 +17,12 @@ from albert_edu.corpus import Document, write_atomically
 from albert_edu.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 OBJECTIVES = ("sop", "nsp", "none")
-# How pairs are cut (section 6.2): "reference" as ALBERT's create_pretraining_data.py; "length-neutral" so that
-# a pair's lengths say nothing of its label (chapter 8 shows that the reference's do): the sentence that crosses
-# the target ends its chunk or starts the next one at random, each chunk is cut where A and B come closest in
-# length, NSP's random B is as long as the B it replaces, and one-sentence chunks are skipped under every objective.
-PAIR_RECIPES = ("reference", "length-neutral")
+# How pairs are cut (section 6.2): "reference" as ALBERT's create_pretraining_data.py; "neutral" so that a pair's
+# lengths and the kind of text in B say nothing of its label (chapter 8 shows that the reference's lengths do):
+# the sentence that crosses the target ends its chunk or starts the next one at random, each chunk is cut where
+# A and B come closest in length, NSP's random B is as long as the B it replaces, comes from a document drawn in
+# proportion to its length and never starts it, and one-sentence chunks are skipped under every objective.
+PAIR_RECIPES = ("reference", "neutral")
 
 
 @dataclass
@@ -49,7 +51,7 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
     each at a sentence boundary, then make the pair the objective asks for, as `pairs` says (PAIR_RECIPES).
     `counts`, when given, receives the number of chunks, of pairs and of skipped chunks and tokens; `sources`
     receives for each pair, as it is yielded, (index of A's document in `documents`, whether the pair is whole:
-    not shortened by truncate_pair)."""
+    not shortened by truncate_pair, index of B's document)."""
     counts = Counter() if counts is None else counts
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
@@ -61,6 +63,8 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
     documents = [[s for s in document if s] for document in documents]
     origin = [d for d, document in enumerate(documents) if document]  # the caller's index of each kept document
     documents = [documents[d] for d in origin]
+    # "neutral" draws a random B's document in proportion to its tokens, as A's chunks are: by text, not by title
+    sizes = list(accumulate(sum(map(len, document)) for document in documents)) if pairs == "neutral" else None
     for d, document in enumerate(documents):
         target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
         chunk, length, i = [], 0, 0
@@ -68,29 +72,30 @@ def segment_pairs(documents: list[list[list[int]]], objective: str, max_seq_len:
             chunk.append(document[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
-                if pairs == "length-neutral" and length >= target and len(chunk) > 2 and rng.random() < 0.5:
+                if pairs == "neutral" and length >= target and len(chunk) > 2 and rng.random() < 0.5:
                     length -= len(chunk.pop())  # the sentence that crossed the target starts the next chunk
                     i -= 1
                 counts["chunks"] += 1
-                pair = _make_pair(chunk, documents, d, objective, target, rng, pairs, max_tokens)
+                pair = _make_pair(chunk, documents, d, objective, target, rng, pairs, max_tokens, sizes)
                 if pair is None:
                     counts["skipped chunks"] += 1
                     counts["skipped tokens"] += length
                 else:
                     counts["pairs"] += 1
-                    a, b, label, unused = pair
+                    a, b, label, unused, home_of_b = pair
                     i -= unused  # NSP: sentences not used for A go back into the stream
                     if sources is not None:
-                        sources.append((origin[d], len(a) + len(b) <= max_tokens))
+                        sources.append((origin[d], len(a) + len(b) <= max_tokens, origin[home_of_b]))
                     truncate_pair(a, b, max_tokens, rng)
                     yield a, b, label
                 chunk, length = [], 0
             i += 1
 
 
-def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", max_tokens=None):
-    """(A, B, label, number of chunk sentences to put back), or None when no pair can be made."""
-    neutral = pairs == "length-neutral"
+def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", max_tokens=None, sizes=None):
+    """(A, B, label, number of chunk sentences to put back, index of B's document), or None when no pair can be
+    made."""
+    neutral = pairs == "neutral"
     if len(chunk) == 1 and (objective != "nsp" or len(documents) == 1 or neutral):
         return None  # no sentence boundary to cut at, and a sentence is never cut inside
     if len(chunk) == 1:
@@ -107,9 +112,10 @@ def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", m
             # (a pair that fills it would otherwise say "label 0" more often, one that falls short "label 1")
             tolerance, room = max(2, len(b) // 10), (max_tokens or len(a) + len(b) + 1) - len(a)
             if len(b) >= room:
-                b = _random_b(documents, d, max(len(b) - tolerance, room), len(b) + tolerance, rng)
+                b, other = _random_b(documents, d, max(len(b) - tolerance, room), len(b) + tolerance, rng, sizes)
             else:
-                b = _random_b(documents, d, max(len(b) - tolerance, 1), min(len(b) + tolerance, room - 1), rng)
+                b, other = _random_b(documents, d, max(len(b) - tolerance, 1), min(len(b) + tolerance, room - 1),
+                                     rng, sizes)
         else:
             other = rng.randrange(len(documents) - 1)
             other += other >= d  # any document but this one
@@ -118,10 +124,10 @@ def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", m
                 b += sentence
                 if len(b) >= want:
                     break
-        return a, b, 1, len(chunk) - a_end
+        return a, b, 1, len(chunk) - a_end, other
     if objective == "sop" and rng.random() < 0.5:
-        return b, a, 1, 0
-    return a, b, 0, 0
+        return b, a, 1, 0, d
+    return a, b, 0, 0, d
 
 
 def _even_cut(chunk) -> int:
@@ -134,16 +140,18 @@ def _even_cut(chunk) -> int:
     return best[1]
 
 
-def _random_b(documents, d, shortest: int, longest: int, rng, tries: int = 10) -> list[int]:
-    """A run of whole consecutive sentences from another document, from `shortest` to `longest` tokens long: a
-    random one of such runs in the first of up to `tries` random documents that has any, otherwise the run
-    seen that misses the range by least."""
+def _random_b(documents, d, shortest: int, longest: int, rng, sizes=None, tries: int = 10) -> tuple[list[int], int]:
+    """A run of whole consecutive sentences from another document, from `shortest` to `longest` tokens long, and
+    that document's index: a random one of such runs in the first of up to `tries` random documents (drawn in
+    proportion to `sizes`, the documents' cumulative token counts, when given) that has any, otherwise the run
+    seen that misses the range by least. A run never starts a document, as a B that follows A never does."""
     closest = None
     for _ in range(tries):
-        other = rng.randrange(len(documents) - 1)
-        other += other >= d  # any document but this one
+        other = d
+        while other == d:  # any document but this one
+            other = rng.choices(range(len(documents)), cum_weights=sizes)[0] if sizes else rng.randrange(len(documents))
         runs = []  # (tokens outside the range, document, first sentence, end): every run from each start
-        for start in range(len(documents[other])):
+        for start in range(min(1, len(documents[other]) - 1), len(documents[other])):
             length = 0
             for end in range(start, len(documents[other])):
                 length += len(documents[other][end])
@@ -156,7 +164,7 @@ def _random_b(documents, d, shortest: int, longest: int, rng, tries: int = 10) -
             break
         closest = min(runs) if closest is None else min(closest, min(runs))
     _, other, start, end = closest
-    return [t for sentence in documents[other][start:end] for t in sentence]
+    return [t for sentence in documents[other][start:end] for t in sentence], other
 
 
 FUNCTION_PIECES = 300  # pieces are numbered roughly by frequency: the commonest stand in for function words
@@ -244,7 +252,7 @@ def create_examples(documents: list[Document], tokenizer: Tokenizer, objective: 
     for a, b, label in segment_pairs(tokenized, objective, max_seq_len, rng, sources=sources, pairs=pairs):
         ids, types = tokenizer.encode_pair(a, b)
         masked, positions, labels = mask_ngrams(ids, tokenizer, rng)
-        document, whole = sources[-1]
+        document, whole, _ = sources[-1]
         examples.append(Example(masked, types, positions, labels, label if objective != "none" else 0,
                                 document, whole))
     return examples

@@ -47,7 +47,7 @@ class TrainingConfig:
     eval_every: int = 0  # 0: evaluate only at the end
     log_every: int = 10
     mlm_weight: float = 1.0  # the MLM loss's weight; 0 trains the pair head alone (chapter 8's diagnostic)
-    pairs: str = "reference"  # how pairs are cut: PAIR_RECIPES of chapter 6 ("length-neutral": lengths carry no label)
+    pairs: str = "reference"  # how pairs are cut: PAIR_RECIPES of chapter 6 ("neutral": lengths carry no label)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:

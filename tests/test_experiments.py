@@ -218,7 +218,7 @@ def test_the_stored_full_results_hold_three_seeds_and_every_answer():
         "probes"]
     probes = results["probes"]
     assert probes["trunk"] == "trunk-full"
-    for name, held in (("reference", results["pairs"]["128"]), ("length-neutral", probes["held_out_pairs_neutral"])):
+    for name, held in (("reference", results["pairs"]["128"]), ("neutral", probes["held_out_pairs_neutral"])):
         assert probes[name]["pairs"] == name and probes[name]["seeds"] == [0, 1, 2]
         for task in ("sop", "nsp"):
             assert len(probes[name][task]["answers"]) == 3 and len(probes[name][task]["train_balanced"]) == 3

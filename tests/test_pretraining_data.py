@@ -136,11 +136,11 @@ def test_cli_writes_examples_that_read_back(tmp_path):
         "input_ids", "token_type_ids", "mlm_positions", "mlm_labels", "pair_label", "document", "whole"}
     neutral = tmp_path / "neutral.jsonl"
     result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--objective", "nsp", "--out",
-                             str(neutral), "--pairs", "length-neutral", "--split", "validation"],
+                             str(neutral), "--pairs", "neutral", "--split", "validation"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert read_examples(neutral) == create_examples(load_documents("validation"), TOKENIZER, "nsp", 128, seed=0,
-                                                     pairs="length-neutral")
+                                                     pairs="neutral")
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -223,15 +223,15 @@ def _length_gaps(documents, pairs, seeds=range(3)):
     return gaps
 
 
-def test_length_neutral_pairs_have_the_same_lengths_under_either_label_and_reference_pairs_do_not():
+def test_neutral_pairs_have_the_same_lengths_under_either_label_and_reference_pairs_do_not():
     documents = [TOKENIZER.encode_batch(d.sentences) for d in load_documents("validation")] * 4
-    reference, neutral = _length_gaps(documents, "reference"), _length_gaps(documents, "length-neutral")
+    reference, neutral = _length_gaps(documents, "reference"), _length_gaps(documents, "neutral")
     # the reference: random Bs stop at their document's end, and the long sentence that ends a chunk goes to B
     assert all(tokens < -3 and full < -0.08 and longer < -0.07 for tokens, full, longer in reference), reference
     assert all(abs(tokens) < 1.5 and abs(full) < 0.03 and abs(longer) < 0.04 for tokens, full, longer in neutral), neutral
 
 
-def test_a_length_neutral_random_b_is_whole_sentences_of_another_document_as_long_as_the_b_it_replaces():
+def test_a_neutral_random_b_is_whole_sentences_of_another_document_as_long_as_the_b_it_replaces():
     from albert_edu.pretraining_data import _even_cut, _random_b
 
     assert _even_cut([[1] * 5, [2], [3], [4] * 5]) == 2 and _even_cut([[1] * 10, [2], [3]]) == 1
@@ -239,14 +239,31 @@ def test_a_length_neutral_random_b_is_whole_sentences_of_another_document_as_lon
     rng = random.Random(0)
     for _ in range(200):
         d, shortest = rng.randrange(5), rng.randint(1, 30)
-        b = _random_b(documents, d, shortest, shortest + 2, rng)
-        assert shortest <= len(b) <= shortest + 2 and b[0] // 100 != d
+        b, other = _random_b(documents, d, shortest, shortest + 2, rng)
+        assert shortest <= len(b) <= shortest + 2 and b[0] // 100 == other != d
         sentences = [b[i:i + b[i] % 100 + 1] for i in range(len(b)) if i == 0 or b[i] != b[i - 1]]
         home = documents[b[0] // 100]
         assert sum(map(len, sentences)) == len(b) and all(s in home for s in sentences)  # whole sentences
-        assert [home.index(s) for s in sentences] == list(range(home.index(sentences[0]), home.index(sentences[0]) + len(sentences)))
-    # no run is long enough: the one that misses the range by least, a whole document
-    assert len(_random_b(documents, 0, 100, 110, random.Random(1))) == sum(range(1, 9))
+        first = home.index(sentences[0])
+        assert [home.index(s) for s in sentences] == list(range(first, first + len(sentences))) and first > 0
+    # no run is long enough: the one that misses the range by least, a whole document but its first sentence
+    assert len(_random_b(documents, 0, 100, 110, random.Random(1))[0]) == sum(range(2, 9))
+
+
+def test_a_neutral_random_b_is_news_as_often_as_a_true_b_and_a_reference_one_is_not():
+    documents = load_documents("validation") * 4
+    tokenized = [TOKENIZER.encode_batch(d.sentences) for d in documents]
+    for pairs in PAIR_RECIPES:
+        sources = []
+        labels = [label for _, _, label in segment_pairs(tokenized, "nsp", 128, random.Random(0), sources=sources,
+                                                         pairs=pairs)]
+        assert all(label or a_home == b_home for label, (a_home, _, b_home) in zip(labels, sources))
+        news = [sum(documents[b_home].source == "lee" for label, (_, _, b_home) in zip(labels, sources) if label == y)
+                / labels.count(y) for y in (0, 1)]
+        if pairs == "reference":  # drawn uniformly over documents, and most documents are short news stories
+            assert news[1] > 2 * news[0], news
+        else:  # drawn by text, as the As are
+            assert abs(news[1] - news[0]) < 0.05, news
 
 
 def test_an_unknown_pair_recipe_is_refused_by_name():
@@ -319,17 +336,17 @@ def test_normalization_matches_transformers_on_accents_and_quotes():
 @given(documents=st.lists(st.lists(st.lists(NON_SPECIAL, max_size=30), max_size=6), min_size=2, max_size=6),
        objective=st.sampled_from(["sop", "nsp", "none"]), max_seq_len=st.integers(min_value=5, max_value=64),
        seed=st.integers(0, 2**16))
-def test_sources_name_the_caller_s_document_of_a_and_whether_the_pair_was_shortened(documents, objective,
-                                                                                   max_seq_len, seed):
+def test_sources_name_the_caller_s_documents_of_a_and_b_and_whether_the_pair_was_shortened(documents, objective,
+                                                                                            max_seq_len, seed):
     # every token says which document it is from, so A's tokens name its document; empty sentences and
     # documents (skipped by segment_pairs) must not shift the indices
     documents = [[[1000 + d] * len(s) for s in doc] for d, doc in enumerate(documents)]
     rng, untouched, sources = random.Random(seed), random.Random(seed), []
     pairs = list(segment_pairs(documents, objective, max_seq_len, rng, sources=sources))
     assert len(sources) == len(pairs)
-    for (a, b, label), (document, whole) in zip(pairs, sources):
-        first = b if objective == "sop" and label else a
-        assert set(first) == {1000 + document}
+    for (a, b, label), (document, whole, b_document) in zip(pairs, sources):
+        first, second = (b, a) if objective == "sop" and label else (a, b)
+        assert set(first) == {1000 + document} and set(second) == {1000 + b_document}
         if not whole:
             assert len(a) + len(b) == max_seq_len - 3  # shortened to exactly the room there is
     assert pairs == list(segment_pairs(documents, objective, max_seq_len, untouched))  # recording changes nothing
