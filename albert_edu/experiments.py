@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import time
 from collections import Counter
@@ -26,7 +27,7 @@ import albert_edu
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining, AlbertModel
-from albert_edu.pretraining_data import Example, collate, create_examples
+from albert_edu.pretraining_data import Example, collate, create_examples, mask_ngrams, segment_pairs
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.training import TrainingConfig, eval_mode, predict, pretrain, validation_examples
 
@@ -223,6 +224,24 @@ def held_out_pairs(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int
             for task, subset in held_out_examples(data_dir, max_seq_len, passes, pairs).items()}
 
 
+def second_documents(data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4, pairs: str = "reference") -> dict:
+    """B's document for every scored pair, in score's order (an Example records only A's): the example-creation
+    passes of held_out_examples replayed, drawing from the same random stream as create_examples and
+    validation_examples, with segment_pairs reporting its sources. Per task, (A's documents, B's documents)."""
+    tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
+    tokenized = [tokenizer.encode_batch(d.sentences) for d in load_documents("validation", Path(data_dir))]
+    out = {"sop": ([], []), "nsp": ([], [])}
+    for seed in range(passes):
+        for task in ("sop", "nsp"):
+            rng, sources = random.Random(seed), []
+            for a, b, _ in segment_pairs(tokenized, task, max_seq_len, rng, sources=sources, pairs=pairs):
+                mask_ngrams(tokenizer.encode_pair(a, b)[0], tokenizer, rng)  # the draws create_examples makes
+            random.Random(seed).shuffle(sources)  # as validation_examples shuffles the examples
+            out[task][0].extend(source[0] for source in sources)
+            out[task][1].extend(source[2] for source in sources)
+    return out
+
+
 def score(path: Path, data_dir: Path = DATA_DIR, max_seq_len: int = 64, passes: int = 4,
           predictions: dict | None = None, pairs: str = "reference") -> dict[str, float]:
     """A trained model's held-out scores on held_out_examples: MLM loss and accuracy (on the SOP examples, as
@@ -276,7 +295,7 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 
 # Sizes of the same experiment, each produced by `albert-edu experiment --recipe NAME`. "book" fits in the
 # chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
-# record (section 8.6). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
+# record (section 8.7). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
 # continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5). "neutral" is "full"
 # on pairs whose lengths and sources carry no label (chapter 6's "neutral" pairs; section 8.5 shows why). The long
 # recipes save a checkpoint every `save_every` steps, so that a killed command resumes where it stopped.
@@ -391,17 +410,28 @@ def bits(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(), dtype=np.uint8) - ord("0")
 
 
-def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0) -> np.ndarray:
+def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0, second: list[int] | None = None) -> np.ndarray:
     """A per-document bootstrap as weights, one row per draw and one column per pair (or per document, given
     one entry per document): row 0 is the data itself (every weight 1); every other row draws as many
     documents as there are, with replacement, and weighs each pair by how often its document was drawn.
     The same seed draws the same documents whatever the pairs, so models scored alike are resampled alike, and
-    two tasks alike as long as their pairs come from the same set of documents."""
+    two tasks alike as long as their pairs come from the same set of documents. Given each pair's `second`
+    document too (B's), a pair weighs the product of its two documents' counts, or one count when both are the
+    same document: a two-way bootstrap, for pairs that depend on two documents."""
     if draws < 1:
         raise ValueError(f"draws={draws}: expected at least 1")
-    ids, index = np.unique(np.asarray(documents), return_inverse=True)
+    first = np.asarray(documents)
+    if second is not None and len(second) != len(first):
+        raise ValueError(f"{len(second)} second documents for {len(first)} pairs: expected one per pair")
+    ids, index = np.unique(np.concatenate([first, [] if second is None else np.asarray(second)]).astype(first.dtype),
+                           return_inverse=True)
     counts = np.random.default_rng(seed).multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=draws)
-    return np.vstack([np.ones((1, len(ids))), counts])[:, index]
+    counts = np.vstack([np.ones((1, len(ids))), counts])
+    weights = counts[:, index[:len(first)]]
+    if second is not None:
+        other = counts[:, index[len(first):]]
+        weights = np.where(np.asarray(second) == first, weights, weights * other)
+    return weights
 
 
 def weighted_balanced_accuracy(answers, labels, weights: np.ndarray) -> np.ndarray:
@@ -447,6 +477,20 @@ def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tu
         return 0.0, 1.0
     statistic = float(d.sum() ** 2 / (d ** 2).sum())
     return statistic, math.erfc(math.sqrt(statistic / 2))
+
+
+def holm(p_values: dict) -> dict:
+    """Holm's adjustment of p-values tested together, keyed as given: sorted from the smallest, the i-th
+    (from 1) is multiplied by m - i + 1 and capped at 1, and no adjusted value is smaller than the one before
+    it. Adjusted values below 0.05 keep the chance of any false call among the m at 5% or less."""
+    bad = {key: p for key, p in p_values.items() if not 0 <= p <= 1}
+    if bad:
+        raise ValueError(f"p-values {bad}: expected numbers from 0 to 1")
+    adjusted, running = {}, 0.0
+    for i, (key, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
+        running = max(running, min(1.0, (len(p_values) - i) * p))
+        adjusted[key] = running
+    return {key: adjusted[key] for key in p_values}
 
 
 def pair_features(model, examples: list[Example], batch_size: int = 128) -> torch.Tensor:
@@ -513,4 +557,28 @@ def probe(path: Path, pairs: str = "reference", seeds: tuple = (0, 1, 2), data_d
     return out
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'pair_features', 'fit_probe', 'probe']
+SURFACE_FEATURES = ("A's length", "B's length", "log(B / A)", "fills the sequence", "A ends a sentence",
+                    "B ends a sentence", "sentence ends in A", "sentence ends in B")
+
+
+def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len: int) -> torch.Tensor:
+    """What a rule can read off each pair without reading its words, one row of SURFACE_FEATURES per example:
+    the segments' lengths and their log ratio, whether the pair fills the sequence, whether each segment ends at a
+    sentence end (a piece ending in '.', '!' or '?'), and how many sentence ends each holds. Read from the pieces
+    before masking (the masked ones are put back)."""
+    ends = torch.tensor([piece.endswith((".", "!", "?")) for piece in tokenizer.pieces(list(range(tokenizer.vocab_size)))])
+    rows = []
+    for e in examples:
+        ids = torch.tensor(e.input_ids)
+        ids[e.mlm_positions] = torch.tensor(e.mlm_labels, dtype=ids.dtype)
+        first = e.token_type_ids.count(0) - 2  # [CLS] A [SEP] B [SEP]
+        a, b = ids[1:1 + first], ids[2 + first:-1]
+        if len(a) == 0 or len(b) == 0 or len(ids) > max_seq_len:
+            raise ValueError(f"an example with segments of {len(a)} and {len(b)} pieces in {len(ids)} positions: "
+                             f"expected two non-empty segments in at most max_seq_len={max_seq_len}")
+        rows.append([len(a), len(b), math.log(len(b) / len(a)), float(len(ids) == max_seq_len), float(ends[a[-1]]),
+                     float(ends[b[-1]]), float(ends[a].sum()), float(ends[b].sum())])
+    return torch.tensor(rows)
+
+
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'SURFACE_FEATURES', 'surface_features']

@@ -210,24 +210,15 @@ def test_the_stored_pilot_results_belong_to_the_current_pilot_recipe():
         assert 0 <= r["scores"]["sop_balanced"] <= 1 and 0 <= r["scores"]["nsp_balanced"] <= 1
 
 
-def test_the_stored_full_results_hold_three_seeds_and_every_answer():
-    results = json.loads((RESULTS_DIR / "full.json").read_text())
-    assert results["recipe"] == "full" and results["command"] == "albert-edu experiment --recipe full"
-    assert [a["what"].split(":")[0] for a in results["added"]] == [
-        "figure1_seeds ALBERT-style unrolled to 200 applications", "training.pairs = 'reference' in every run's settings",
-        "probes"]
-    probes = results["probes"]
-    assert probes["trunk"] == "trunk-full"
-    for name, held in (("reference", results["pairs"]["128"]), ("neutral", probes["held_out_pairs_neutral"])):
-        assert probes[name]["pairs"] == name and probes[name]["seeds"] == [0, 1, 2]
-        for task in ("sop", "nsp"):
-            assert len(probes[name][task]["answers"]) == 3 and len(probes[name][task]["train_balanced"]) == 3
-            assert all(len(a) == len(held[task]["labels"]) == len(held[task]["documents"]) and set(a) <= {"0", "1"}
-                       for a in probes[name][task]["answers"])
-    runs = table5_runs("full")
+def check_stored_recipe(results: dict, recipe: str) -> None:
+    """A stored results file of a recipe with trunks: its runs are the recipe's, three seeds each, and the stored
+    answers recompute the stored scores."""
+    assert results["recipe"] == recipe and results["command"] == f"albert-edu experiment --recipe {recipe}"
+    runs = table5_runs(recipe)
+    assert len({r.training.seed for r in runs}) == 3
     assert [(r["model"], r["training"]) for r in results["table5"]] == \
         [(r.model.to_dict(), asdict(r.training)) for r in runs]
-    [diagnostic] = experiments.diagnostic_runs("full")
+    [diagnostic] = experiments.diagnostic_runs(recipe)
     assert [(r["model"], r["training"]) for r in results["diagnostic"]] == \
         [(diagnostic.model.to_dict(), asdict(diagnostic.training))]
     pairs = results["pairs"]["128"]
@@ -239,6 +230,7 @@ def test_the_stored_full_results_hold_three_seeds_and_every_answer():
         mlm = r["predictions"]["mlm_by_document"]
         assert sum(mlm["right"]) / sum(mlm["count"]) == pytest.approx(r["scores"]["mlm_accuracy"])
     assert {t["training"]["objective"] for t in results["trunks"]} == {"none"} and len(results["trunks"]) == 2
+    assert {t["training"]["pairs"] for t in results["trunks"]} == {RECIPES[recipe]["pairs"]}
     for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all")):
         seeds = results["figure1_seeds"][style]
         assert [s["seed"] for s in seeds] == [0, 1, 2]
@@ -247,6 +239,39 @@ def test_the_stored_full_results_hold_three_seeds_and_every_answer():
                    and s["unrolled"]["200"]["l2"][:48] == pytest.approx(s["unrolled"]["48"]["l2"], rel=1e-6)
                    for s in seeds) if sharing == "all" else \
             all("unrolled" not in s for s in seeds)
+
+
+def check_stored_probe(probe: dict, pairs: str, held: dict) -> None:
+    """Linear probes as experiments.probe returns them: three seeds, an answer to every held-out pair."""
+    assert probe["pairs"] == pairs and probe["seeds"] == [0, 1, 2]
+    for task in ("sop", "nsp"):
+        assert len(probe[task]["answers"]) == 3 and len(probe[task]["train_balanced"]) == 3
+        assert all(len(a) == len(held[task]["labels"]) == len(held[task]["documents"]) and set(a) <= {"0", "1"}
+                   for a in probe[task]["answers"])
+
+
+def test_the_stored_full_results_hold_three_seeds_and_every_answer():
+    results = json.loads((RESULTS_DIR / "full.json").read_text())
+    check_stored_recipe(results, "full")
+    assert [a["what"].split(":")[0] for a in results["added"]] == [
+        "figure1_seeds ALBERT-style unrolled to 200 applications", "training.pairs = 'reference' in every run's settings",
+        "probes"]
+    probes = results["probes"]
+    assert probes["trunk"] == "trunk-full"
+    for name, held in (("reference", results["pairs"]["128"]), ("neutral", probes["held_out_pairs_neutral"])):
+        check_stored_probe(probes[name], name, held)
+
+
+def test_the_stored_neutral_results_are_the_full_recipe_on_neutral_pairs():
+    results = json.loads((RESULTS_DIR / "neutral.json").read_text())
+    check_stored_recipe(results, "neutral")
+    assert [a["what"].split(":")[0] for a in results["added"]] == ["probes"]
+    assert results["probes"]["trunk"] == "trunk-neutral"
+    check_stored_probe(results["probes"]["neutral"], "neutral", results["pairs"]["128"])
+    # the same held-out documents as the full recipe's, cut the neutral way
+    full = json.loads((RESULTS_DIR / "full.json").read_text())
+    assert results["pairs"]["128"] == full["probes"]["held_out_pairs_neutral"]
+    assert set(results["pairs"]["128"]["sop"]["documents"]) == set(full["pairs"]["128"]["sop"]["documents"])
 
 
 def cli(*args):
@@ -278,6 +303,30 @@ def test_the_bootstrap_resamples_documents_alike_for_any_pairs():
     assert (per_document[:, [0, 0, 2, 1, 1, 1]] == weights).all()  # same seed, same documents drawn
     with pytest.raises(ValueError, match="draws=0"):
         experiments.bootstrap_weights([1, 2], draws=0)
+
+
+def test_the_two_way_bootstrap_weighs_a_pair_by_both_of_its_documents():
+    first, second = [5, 5, 9, 7], [5, 9, 9, 5]
+    weights = experiments.bootstrap_weights(first, draws=500, seed=1, second=second)
+    per_document = experiments.bootstrap_weights([5, 7, 9], draws=500, seed=1)  # the same draws of documents
+    assert (weights[0] == 1).all()
+    assert (weights[:, 0] == per_document[:, 0]).all() and (weights[:, 2] == per_document[:, 2]).all()  # one document
+    assert (weights[:, 1] == per_document[:, 0] * per_document[:, 2]).all()  # A from 5, B from 9: both must be drawn
+    assert (weights[:, 3] == per_document[:, 1] * per_document[:, 0]).all()
+    assert (experiments.bootstrap_weights(first, draws=50, second=first) == experiments.bootstrap_weights(first, draws=50)).all()
+    with pytest.raises(ValueError, match="3 second documents for 4 pairs"):
+        experiments.bootstrap_weights(first, second=second[:3])
+
+
+def test_the_replay_finds_every_scored_pairs_documents():
+    replayed = experiments.second_documents(max_seq_len=64, passes=1)
+    scored = experiments.held_out_pairs(max_seq_len=64, passes=1)
+    for task in ("sop", "nsp"):
+        first, second = replayed[task]
+        assert first == scored[task]["documents"] and len(second) == len(first)
+        elsewhere = [a != b for a, b in zip(first, second)]
+        # SOP's B is A's neighbour; NSP's B is from another document exactly when the label says so
+        assert elsewhere == ([False] * len(first) if task == "sop" else [y == "1" for y in scored[task]["labels"]])
 
 
 def test_weighted_balanced_accuracy_is_balanced_accuracy_under_unit_weights_and_takes_shares():
@@ -325,6 +374,36 @@ def test_clustered_mcnemar_on_balanced_accuracy_ignores_a_preference_for_the_com
     better = always_0.copy()
     better[58:] = 1  # right on every pair
     assert experiments.clustered_mcnemar(better == labels, always_0 == labels, documents, labels)[1] < 0.01
+
+
+def test_holm_multiplies_the_ith_smallest_p_by_m_minus_i_plus_1_and_keeps_the_order():
+    adjusted = experiments.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    assert adjusted == pytest.approx({"a": 0.04, "b": 0.09, "c": 0.09, "d": 0.5})  # b: 0.04 x 2, but not below c
+    assert list(adjusted) == ["a", "b", "c", "d"]  # keyed as given
+    assert experiments.holm({"only": 0.03}) == {"only": 0.03}  # one test pays nothing
+    assert experiments.holm({"a": 0.4, "b": 0.9}) == {"a": 0.8, "b": 0.9}
+    assert experiments.holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}  # capped at 1
+    with pytest.raises(ValueError, match=r"p-values \{'b': 1.5\}: expected numbers from 0 to 1"):
+        experiments.holm({"a": 0.1, "b": 1.5})
+
+
+def test_surface_features_read_lengths_and_sentence_ends_before_masking():
+    from albert_edu.pretraining_data import Example
+    from albert_edu.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load()
+    a, b = tokenizer.encode("It rained. Then it stopped."), tokenizer.encode("The sun came out")
+    ids, types = tokenizer.encode_pair(a, b)
+    dot = ids.index(tokenizer.encode("It rained.")[-1])
+    masked = list(ids)
+    masked[dot] = tokenizer.mask_id  # masking the first sentence end hides nothing from the features
+    example = Example(masked, types, [dot], [ids[dot]], 0)
+    row = experiments.surface_features([example], tokenizer, max_seq_len=len(ids))[0].tolist()
+    assert row == pytest.approx([len(a), len(b), math.log(len(b) / len(a)), 1.0, 1.0, 0.0, 2.0, 0.0])
+    assert experiments.surface_features([example], tokenizer, max_seq_len=len(ids) + 1)[0, 3] == 0  # not full
+    empty_b = Example([2, 50, 3, 3], [0, 0, 0, 1], [], [], 0)
+    with pytest.raises(ValueError, match="segments of 1 and 0 pieces"):
+        experiments.surface_features([empty_b], tokenizer, max_seq_len=8)
 
 
 def test_predict_splits_the_mlm_sums_by_example():
