@@ -61,7 +61,7 @@ class AlbertPreTrainedModel(nn.Module):
         return {}
 
     def save_pretrained(self, path, layout: str = "auto") -> None:
-        """Write config.json and model.safetensors (see albert_edu.checkpoint, later in this chapter)."""
+        """Write config.json and model.safetensors (albert_edu.checkpoint, section 5.5)."""
         from albert_edu.checkpoint import save_pretrained
 
         save_pretrained(self, path, layout)
