@@ -94,7 +94,7 @@ def test_public_names_include_tuple_assignments_and_skip_private_ones():
 def test_chapters_import_only_modules_that_earlier_chapters_define():
     import albert_edu
 
-    defined, plumbing = set(), {"tools", "notebook", "explorers"}
+    defined, plumbing = set(), {"tools", "notebook", "explorers", "checkpoint"}  # hand-written modules
     for chapter in BOOK.chapters:
         defined |= set(chapter.modules)
         for cell in _load(chapter)["cells"]:
@@ -194,3 +194,23 @@ def test_html_pages_get_a_run_hint_a_notebook_link_and_explorer_notes(tmp_path):
     hint = out[1]["source"]
     assert f"make run CHAPTER={chapter.file[:2]}" in hint and f"{{download}}`{chapter.file} <{chapter.file}>`" in hint
     assert "interactive" in out[3]["source"]
+
+
+def test_html_pages_fold_solutions_away(tmp_path):
+    chapter = load_book().chapters[1]
+    solution = {"nbgrader": {"solution": True, "grade": False, "grade_id": "s"}}
+    cells = [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# 1. Title"},
+             {"cell_type": "code", "id": "s", "metadata": solution, "source": "x = 1", "execution_count": 1,
+              "outputs": []},
+             {"cell_type": "markdown", "id": "w", "metadata": {"nbgrader": {**solution["nbgrader"], "grade": True}},
+              "source": ["Because the sum ", "is finite."]},
+             {"cell_type": "code", "id": "t", "metadata": {"nbgrader": {"solution": False, "grade": True}},
+              "source": "assert x == 1", "execution_count": 2, "outputs": []}]
+    path = tmp_path / chapter.file
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    htmltool.decorate_for_html(path, chapter)
+    out = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+    assert out["s"]["metadata"]["tags"] == ["hide-input"] and out["s"]["source"] == "x = 1"
+    written = out["w"]["source"]
+    assert written.startswith("<details>") and "Because the sum is finite." in written and written.endswith("</details>")
+    assert "tags" not in out["t"]["metadata"] and out["t"]["source"] == "assert x == 1"  # tests stay in view

@@ -1,5 +1,5 @@
 """The HTML book: Sphinx + MyST-NB + sphinx-book-theme, configured from book.toml. Each chapter page gets a
-box saying how to run it and a note under every interactive explorer."""
+box saying how to run it, a note under every interactive explorer, and its exercises' solutions folded away."""
 
 import json
 import shutil
@@ -52,10 +52,26 @@ def _markdown_cell(text: str, cell_id: str) -> dict:
     return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
 
 
+def _fold_solution(cell: dict) -> dict:
+    """A reference solution (an nbgrader solution cell), folded away until the reader opens it: a code cell gets
+    MyST-NB's hide-input tag (its output stays visible), a written answer a <details> element."""
+    if not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        return cell
+    cell = json.loads(json.dumps(cell))
+    if cell["cell_type"] == "code":
+        tags = cell["metadata"].setdefault("tags", [])
+        if "hide-input" not in tags:
+            tags.append("hide-input")
+    else:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        cell["source"] = f"<details>\n<summary>A model answer (try the exercise first)</summary>\n\n{source}\n\n</details>"
+    return cell
+
+
 def decorate_for_html(path: Path, chapter: Chapter) -> None:
     """Add what a reader of the HTML page needs and a notebook reader does not: below the title, how to run the
     chapter and a link to download its notebook; after every interactive explorer (an ipywidgets output, which
-    a static page cannot run), a note to run it live."""
+    a static page cannot run), a note to run it live; and every exercise's reference solution folded away."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     number = chapter.file.split("_", 1)[0]
     hint = (f"```{{admonition}} Run this chapter\n:class: tip\n"
@@ -64,7 +80,7 @@ def decorate_for_html(path: Path, chapter: Chapter) -> None:
             f"{{download}}`{chapter.file} <{chapter.file}>`.\n```")
     cells = []
     for i, cell in enumerate(nb["cells"]):
-        cells.append(cell)
+        cells.append(_fold_solution(cell))
         if i == 0:
             cells.append(_markdown_cell(hint, "run-this-chapter"))
         if any(WIDGET in output.get("data", {}) for output in cell.get("outputs", [])):
