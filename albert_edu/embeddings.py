@@ -10,7 +10,8 @@ from albert_edu.config import AlbertConfig
 
 
 def init_weights(module: nn.Module, std: float) -> None:
-    """The initialization of BERT and ALBERT: N(0, std) weights, zero biases, unit LayerNorms, zero padding row."""
+    """transformers' initialization of BERT and ALBERT: N(0, std) weights, zero biases, unit LayerNorms, zero padding
+    row. (Google's TensorFlow code draws the weights from a normal truncated at two standard deviations.)"""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
