@@ -156,6 +156,8 @@ _ELSEWHERE = {
     'pair_features': 'experiments',
     'fit_probe': 'experiments',
     'probe': 'experiments',
+    'PROBE_READS': 'experiments',
+    'probe_reads': 'experiments',
     'SURFACE_FEATURES': 'experiments',
     'surface_features': 'experiments',
     'text_batch': 'analysis',

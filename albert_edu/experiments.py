@@ -540,20 +540,41 @@ def probe(path: Path, pairs: str = "reference", seeds: tuple = (0, 1, 2), data_d
     training split's pairs of that task (the pass of that seed), then asked every held-out pair that `score`
     asks. Returns per task the balanced accuracy on the training pairs and the answers to the held-out pairs
     (a string of 0s and 1s), per seed."""
+    out = probe_reads(path, pairs, seeds, data_dir, max_seq_len, reads={"linear": PROBE_READS["[CLS], mean A, mean B"]})
+    return {"pairs": pairs, "seeds": list(seeds), **{task: out[task]["linear"] for task in ("sop", "nsp")}}
+
+
+# What a probe may read of pair_features' [CLS], mean A, mean B: each a function of the three (n, H) parts
+PROBE_READS = {
+    "[CLS] alone": lambda cls, a, b: cls,
+    "[CLS], mean A, mean B": lambda cls, a, b: torch.cat([cls, a, b], 1),
+    "and A * B, |A - B|": lambda cls, a, b: torch.cat([cls, a, b, a * b, (a - b).abs()], 1),
+    "cosine of mean A and mean B": lambda cls, a, b: F.cosine_similarity(a, b).unsqueeze(1),
+}
+
+
+def probe_reads(path: Path, pairs: str = "reference", seeds: tuple = (0, 1, 2), data_dir: Path = DATA_DIR,
+                max_seq_len: int = 128, reads: dict = PROBE_READS) -> dict:
+    """`probe` for several reads of the same frozen features (one forward pass per pair serves them all): per
+    task and read, per seed, the balanced accuracy on the training pairs and the answers to the held-out pairs.
+    A product of the segment means lets a linear rule ask whether A and B point the same way, which a linear
+    rule on the means alone cannot."""
     model = AlbertModel.from_pretrained(path)
     tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
     train = load_documents("train", Path(data_dir))
     held_out = held_out_examples(data_dir, max_seq_len, pairs=pairs)
-    out = {"pairs": pairs, "seeds": list(seeds)}
+    split = lambda f: f.split(f.shape[1] // 3, dim=1)  # [CLS], mean A, mean B
+    out = {"pairs": pairs, "seeds": list(seeds), "reads": list(reads)}
     for task in ("sop", "nsp"):
-        asked = pair_features(model, held_out[task])
-        out[task] = {"train_balanced": [], "answers": []}
+        asked = split(pair_features(model, held_out[task]))
+        out[task] = {name: {"train_balanced": [], "answers": []} for name in reads}
         for seed in seeds:
             examples = create_examples(train, tokenizer, task, max_seq_len, seed=1000 + seed, pairs=pairs)
-            features, labels = pair_features(model, examples), [e.pair_label for e in examples]
-            rule = fit_probe(features, labels)
-            out[task]["train_balanced"].append(balanced_accuracy(rule(features), labels))
-            out[task]["answers"].append("".join(map(str, rule(asked))))
+            features, labels = split(pair_features(model, examples)), [e.pair_label for e in examples]
+            for name, read in reads.items():
+                rule = fit_probe(read(*features), labels)
+                out[task][name]["train_balanced"].append(balanced_accuracy(rule(read(*features)), labels))
+                out[task][name]["answers"].append("".join(map(str, rule(read(*asked)))))
     return out
 
 
@@ -561,16 +582,18 @@ SURFACE_FEATURES = ("A's length", "B's length", "log(B / A)", "fills the sequenc
                     "B ends a sentence", "sentence ends in A", "sentence ends in B")
 
 
-def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len: int) -> torch.Tensor:
+def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len: int, unmask: bool = True) -> torch.Tensor:
     """What a rule can read off each pair without reading its words, one row of SURFACE_FEATURES per example:
     the segments' lengths and their log ratio, whether the pair fills the sequence, whether each segment ends at a
     sentence end (a piece ending in '.', '!' or '?'), and how many sentence ends each holds. Read from the pieces
-    before masking (the masked ones are put back)."""
+    before masking (the masked ones are put back), or with `unmask=False` as a model reads them ([MASK] ends
+    nothing)."""
     ends = torch.tensor([piece.endswith((".", "!", "?")) for piece in tokenizer.pieces(list(range(tokenizer.vocab_size)))])
     rows = []
     for e in examples:
         ids = torch.tensor(e.input_ids)
-        ids[e.mlm_positions] = torch.tensor(e.mlm_labels, dtype=ids.dtype)
+        if unmask:
+            ids[e.mlm_positions] = torch.tensor(e.mlm_labels, dtype=ids.dtype)
         first = e.token_type_ids.count(0) - 2  # [CLS] A [SEP] B [SEP]
         a, b = ids[1:1 + first], ids[2 + first:-1]
         if len(a) == 0 or len(b) == 0 or len(ids) > max_seq_len:
@@ -581,4 +604,4 @@ def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len:
     return torch.tensor(rows)
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'SURFACE_FEATURES', 'surface_features']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'PROBE_READS', 'probe_reads', 'SURFACE_FEATURES', 'surface_features']

@@ -157,6 +157,22 @@ def test_a_linear_probe_finds_a_direction_that_separates_the_labels_and_needs_bo
         experiments.fit_probe(features, [1] * 400)
 
 
+def test_a_product_read_lets_a_linear_probe_ask_whether_the_segments_agree():
+    generator = torch.Generator().manual_seed(0)
+    cls, a, b = (torch.randn(2000, 8, generator=generator) for _ in range(3))
+    labels = ((a * b).sum(1) > 0).long().tolist()  # 1 when the two segment means point the same way
+    train, test = slice(0, 1500), slice(1500, None)
+
+    def score(name):
+        read = experiments.PROBE_READS[name]
+        rule = experiments.fit_probe(read(cls[train], a[train], b[train]), labels[train])
+        return experiments.balanced_accuracy(rule(read(cls[test], a[test], b[test])), labels[test])
+
+    assert score("[CLS], mean A, mean B") < 0.6  # a linear rule on the means cannot see agreement
+    assert score("and A * B, |A - B|") > 0.9 and score("cosine of mean A and mean B") > 0.9
+    assert score("[CLS] alone") < 0.6
+
+
 def test_pair_features_read_cls_and_the_two_segments_in_order():
     from albert_edu.model import AlbertModel
     from albert_edu.pretraining_data import Example
@@ -250,24 +266,37 @@ def check_stored_probe(probe: dict, pairs: str, held: dict) -> None:
                    for a in probe[task]["answers"])
 
 
+def check_stored_reads(reads: dict, recipe: str, pairs: str, probe: dict, held: dict) -> None:
+    """probe_reads of a recipe's trunk: every read of PROBE_READS stored like a probe, and the read that `probe`
+    uses gives the stored probe's answers."""
+    assert reads["trunk"] == f"trunk-{recipe}" and reads[pairs]["reads"] == list(experiments.PROBE_READS)
+    for task in ("sop", "nsp"):
+        for name in experiments.PROBE_READS:
+            check_stored_probe({"pairs": pairs, "seeds": reads[pairs]["seeds"], "sop": reads[pairs][task][name],
+                                "nsp": reads[pairs][task][name]}, pairs, {"sop": held[task], "nsp": held[task]})
+        assert reads[pairs][task]["[CLS], mean A, mean B"]["answers"] == probe[task]["answers"]
+
+
 def test_the_stored_full_results_hold_three_seeds_and_every_answer():
     results = json.loads((RESULTS_DIR / "full.json").read_text())
     check_stored_recipe(results, "full")
     assert [a["what"].split(":")[0] for a in results["added"]] == [
         "figure1_seeds ALBERT-style unrolled to 200 applications", "training.pairs = 'reference' in every run's settings",
-        "probes"]
+        "probes", "probe_reads"]
     probes = results["probes"]
     assert probes["trunk"] == "trunk-full"
     for name, held in (("reference", results["pairs"]["128"]), ("neutral", probes["held_out_pairs_neutral"])):
         check_stored_probe(probes[name], name, held)
+    check_stored_reads(results["probe_reads"], "full", "reference", probes["reference"], results["pairs"]["128"])
 
 
 def test_the_stored_neutral_results_are_the_full_recipe_on_neutral_pairs():
     results = json.loads((RESULTS_DIR / "neutral.json").read_text())
     check_stored_recipe(results, "neutral")
-    assert [a["what"].split(":")[0] for a in results["added"]] == ["probes"]
+    assert [a["what"].split(":")[0] for a in results["added"]] == ["probes", "probe_reads"]
     assert results["probes"]["trunk"] == "trunk-neutral"
     check_stored_probe(results["probes"]["neutral"], "neutral", results["pairs"]["128"])
+    check_stored_reads(results["probe_reads"], "neutral", "neutral", results["probes"]["neutral"], results["pairs"]["128"])
     # the same held-out documents as the full recipe's, cut the neutral way
     full = json.loads((RESULTS_DIR / "full.json").read_text())
     assert results["pairs"]["128"] == full["probes"]["held_out_pairs_neutral"]
