@@ -130,6 +130,25 @@ def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", m
     return a, b, 0, 0, d
 
 
+FUNCTION_PIECES = 300  # pieces are numbered roughly by frequency: the commonest stand in for function words
+
+
+def overlap(a: list[int], b: list[int]) -> float:
+    """The Jaccard similarity of two segments' content pieces (ids from FUNCTION_PIECES up): a cue that knows
+    topic and nothing of order. Special pieces ([CLS], [SEP], [MASK], padding) have small ids and drop out."""
+    words_a, words_b = {t for t in a if t >= FUNCTION_PIECES}, {t for t in b if t >= FUNCTION_PIECES}
+    return len(words_a & words_b) / max(1, len(words_a | words_b))
+
+
+def best_threshold(scored: list[tuple[float, int]]) -> float:
+    """The threshold that answers the most (overlap, label) pairs right when an overlap below it means label 1
+    (B from another document under NSP)."""
+    if not scored:
+        raise ValueError("best_threshold: expected at least one (overlap, label) pair, got none")
+    candidates = sorted({score for score, _ in scored})
+    return max(candidates, key=lambda t: sum((score < t) == bool(label) for score, label in scored))
+
+
 def _even_cut(chunk) -> int:
     """The sentence boundary that leaves A and B closest in length (the first, when two are equally close)."""
     total, before, best = sum(len(s) for s in chunk), 0, None
@@ -165,25 +184,6 @@ def _random_b(documents, d, shortest: int, longest: int, rng, sizes=None, tries:
         closest = min(runs) if closest is None else min(closest, min(runs))
     _, other, start, end = closest
     return [t for sentence in documents[other][start:end] for t in sentence], other
-
-
-FUNCTION_PIECES = 300  # pieces are numbered roughly by frequency: the commonest stand in for function words
-
-
-def overlap(a: list[int], b: list[int]) -> float:
-    """The Jaccard similarity of two segments' content pieces (ids from FUNCTION_PIECES up): a cue that knows
-    topic and nothing of order. Special pieces ([CLS], [SEP], [MASK], padding) have small ids and drop out."""
-    words_a, words_b = {t for t in a if t >= FUNCTION_PIECES}, {t for t in b if t >= FUNCTION_PIECES}
-    return len(words_a & words_b) / max(1, len(words_a | words_b))
-
-
-def best_threshold(scored: list[tuple[float, int]]) -> float:
-    """The threshold that answers the most (overlap, label) pairs right when an overlap below it means label 1
-    (B from another document under NSP)."""
-    if not scored:
-        raise ValueError("best_threshold: expected at least one (overlap, label) pair, got none")
-    candidates = sorted({score for score, _ in scored})
-    return max(candidates, key=lambda t: sum((score < t) == bool(label) for score, label in scored))
 
 
 NGRAM_WEIGHTS = (1 / 1, 1 / 2, 1 / 3)  # p(n) proportional to 1/n: 6/11, 3/11, 2/11

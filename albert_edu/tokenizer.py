@@ -30,7 +30,8 @@ def starts_unit(piece: str) -> bool:
 
 
 def normalize(text: str) -> str:
-    """ALBERT's normalization before SentencePiece: straight quotes, no accents (NFKD), lower case."""
+    """ALBERT's normalization before SentencePiece, as transformers' AlbertTokenizer applies it: straight quotes
+    (transformers', from XLNet), no accents (NFKD), lower case (both Google's and transformers')."""
     text = text.replace("``", '"').replace("''", '"')
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
     return text.lower()

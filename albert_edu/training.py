@@ -5,26 +5,23 @@
 DistributedDataParallel under torchrun (chapter 7)."""
 
 import json
-import os
 import random
-import shutil
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 
-from albert_edu.checkpoint import transformers_expressible
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
 from albert_edu.pretraining_data import OBJECTIVES, PAIR_RECIPES, Example, collate, create_examples
+from albert_edu.resume import ExampleStream, distributed_setup, layout, load_checkpoint, save_checkpoint
 from albert_edu.tokenizer import Tokenizer
 
 
@@ -69,108 +66,6 @@ class TrainingConfig:
         if not self.mlm_weight >= 0 or (self.mlm_weight == 0 and self.objective == "none"):
             raise ValueError(f"mlm_weight={self.mlm_weight} with objective={self.objective!r}: expected a weight >= 0, "
                              f"and above 0 when there is no pair objective")
-
-
-class ExampleStream:
-    """The training examples in a fixed order: epoch e is a fresh pass of example creation (its own seed),
-    shuffled. A position (epoch, index) says exactly where the stream is, so a resumed run continues with
-    the very batch an uninterrupted run would see."""
-
-    def __init__(self, documents, tokenizer: Tokenizer, objective: str, max_seq_len: int, seed: int,
-                 pairs: str = "reference"):
-        self.documents, self.tokenizer = documents, tokenizer
-        self.objective, self.max_seq_len, self.seed, self.pairs = objective, max_seq_len, seed, pairs
-        self.epoch, self.index, self._examples = 0, 0, None
-
-    def _epoch_examples(self):
-        if self._examples is None:
-            seed = self.seed * 1_000_003 + self.epoch
-            self._examples = create_examples(self.documents, self.tokenizer, self.objective, self.max_seq_len, seed,
-                                             self.pairs)
-            random.Random(seed).shuffle(self._examples)
-        return self._examples
-
-    def take(self, n: int) -> list:
-        """The next n examples, crossing into the next epoch when this one runs out."""
-        batch = []
-        while len(batch) < n:
-            examples = self._epoch_examples()
-            chunk = examples[self.index:self.index + n - len(batch)]
-            batch += chunk
-            self.index += len(chunk)
-            if self.index >= len(examples):
-                self.epoch, self.index, self._examples = self.epoch + 1, 0, None
-        return batch
-
-    def position(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def epochs(self) -> float:
-        """Passes over the training documents taken so far, e.g. 2.5 in the middle of the third."""
-        return self.epoch + (self.index / len(self._examples) if self._examples else 0.0)
-
-    def seek(self, position: dict) -> None:
-        self.epoch, self.index, self._examples = position["epoch"], position["index"], None
-
-
-def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleStream, config: TrainingConfig) -> Path:
-    """Everything a run needs to continue exactly: weights (transformers' layout), the optimizer's moments, the
-    schedule's step, the random state and the data position. Written to a temporary directory that is then
-    renamed; `latest` is replaced last, so a kill at any moment leaves the previous checkpoint intact."""
-    root = out_dir / "checkpoints"
-    final, tmp = root / f"step-{step:07d}", root / f"step-{step:07d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, layout=_layout(model.config))
-    moments = {f"{i}.{name}": value for i, p in enumerate(_parameters(optimizer))
-               for name, value in optimizer.state.get(p, {}).items() if torch.is_tensor(value)}
-    save_file({**moments, "torch_rng_state": torch.get_rng_state()}, tmp / "optimizer.safetensors")
-    meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
-    (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    (root / "latest.tmp").write_text(final.name)
-    os.replace(root / "latest.tmp", root / "latest")
-    for old in root.glob("step-*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, config: TrainingConfig) -> int:
-    """Restore the state saved by save_checkpoint; return its step (0 when there is no checkpoint yet)."""
-    pointer = out_dir / "checkpoints" / "latest"
-    if not pointer.exists():
-        return 0
-    directory = out_dir / "checkpoints" / pointer.read_text().strip()
-    meta = json.loads((directory / "state.json").read_text())
-    now = run_identity(model.config, config, stream)
-    if meta["run"] != now:
-        changed = sorted(k for k in now if meta["run"].get(k) != now[k])
-        raise ValueError(f"{out_dir} was started with different settings ({changed}); "
-                         f"resume with the same command, or use a new --out")
-    model.load_state_dict(type(model).from_pretrained(directory).state_dict())
-    tensors = load_file(directory / "optimizer.safetensors")
-    torch.set_rng_state(tensors.pop("torch_rng_state"))
-    parameters = _parameters(optimizer)
-    for key, value in tensors.items():  # "3.m": LAMB's first moment of parameter 3 (AdamW's are "3.exp_avg", ...)
-        i, name = key.split(".", 1)
-        optimizer.state[parameters[int(i)]][name] = value
-    stream.seek(meta["stream"])
-    return meta["step"]
-
-
-def run_identity(model_config, config: TrainingConfig, stream: ExampleStream) -> dict:
-    """What must not change between a run and its resumption: the model, the training settings (but not how
-    often it logs, evaluates or saves) and the data."""
-    training = {k: v for k, v in asdict(config).items() if k not in ("log_every", "eval_every", "save_every")}
-    data = {"documents": len(stream.documents), "sentences": sum(len(d.sentences) for d in stream.documents),
-            "vocab_size": stream.tokenizer.vocab_size}
-    return {**{f"training.{k}": v for k, v in training.items()},
-            **{f"model.{k}": v for k, v in model_config.to_dict().items()}, **{f"data.{k}": v for k, v in data.items()}}
-
-
-def _parameters(optimizer) -> list:
-    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def validation_examples(documents, tokenizer: Tokenizer, max_seq_len: int, max_examples: int | None = 512,
@@ -236,14 +131,6 @@ def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) ->
             scores["mlm_accuracy"] = seen["mlm_right"] / seen["mlm_total"]
             scores["mlm_loss"] = seen["mlm_loss_sum"] / seen["mlm_total"]
     return scores
-
-
-def distributed_setup() -> tuple[int, int]:
-    """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process.
-    The loop trains on the CPU, so processes talk through gloo."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
 def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int) -> torch.Tensor:
@@ -389,15 +276,10 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
             bar.set_postfix(loss=record["loss"], tokens_per_s=record["tokens_per_s"])
     if writer and run.step == config.steps:
         metrics = metrics or evaluate(run.model, validation)  # a resumed run that was already complete
-        run.model.save_pretrained(out_dir, layout=_layout(run.model.config))
+        run.model.save_pretrained(out_dir, layout=layout(run.model.config))
     if run.world > 1:
         dist.barrier()
     return {"step": run.step, "loss": None if result is None else result["loss"], **metrics}
-
-
-def _layout(config: AlbertConfig) -> str:
-    """transformers' tensor names when they can express the model, ours otherwise (chosen, so no warning)."""
-    return "transformers" if transformers_expressible(config) else "ours"
 
 
 def _write_line(log, record: dict) -> None:
@@ -411,4 +293,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['OPTIMIZERS', 'TrainingConfig', 'ExampleStream', 'save_checkpoint', 'load_checkpoint', 'run_identity', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'distributed_setup', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']
+__all__ = ['OPTIMIZERS', 'TrainingConfig', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']

@@ -270,17 +270,17 @@ def test_evaluate_counts_correct_predictions(tmp_path):
 
 
 def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
-    import albert_edu.training as training
+    import albert_edu.resume as resume
 
     config = TrainingConfig(**SMALL, save_every=2)
     pretrain(TINY, config, tmp_path / "run", stop_after=2, progress=False)  # checkpoint of step 2
-    saved = training.save_file
+    saved = resume.save_file
 
     def full_disk(tensors, path, **kwargs):
         saved(tensors, path, **kwargs)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(training, "save_file", full_disk)
+    monkeypatch.setattr(resume, "save_file", full_disk)
     with pytest.raises(OSError, match="No space left on device"):
         pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
     monkeypatch.undo()
