@@ -512,14 +512,16 @@ def pair_features(model, examples: list[Example], batch_size: int = 128) -> torc
 def fit_probe(features: torch.Tensor, labels: list[int], weight_decay: float = 1e-3, iterations: int = 500):
     """A linear probe: logistic regression on standardized features, each label weighted by half over its count
     (so that it aims at balanced accuracy), with an L2 penalty, fitted by L-BFGS. Returns the rule: features ->
-    0/1 answers."""
-    y = torch.tensor(labels, dtype=torch.float32)
+    0/1 answers. Fitted in float64, so that answers near the boundary do not flip with the CPU's rounding (the
+    answers stored in data/results before this choice were fitted in float32)."""
+    y = torch.tensor(labels, dtype=torch.float64)
     if len(set(labels)) != 2:
         raise ValueError(f"labels hold {sorted(set(labels))}: a probe needs both 0 and 1")
+    features = features.double()
     mean, scale = features.mean(0), features.std(0) + 1e-6
     x = (features - mean) / scale
-    w = torch.zeros(x.shape[1], requires_grad=True)
-    b = torch.zeros(1, requires_grad=True)
+    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(1, dtype=torch.float64, requires_grad=True)
     weight = torch.where(y == 1, 0.5 / y.mean(), 0.5 / (1 - y.mean()))
     optimizer = torch.optim.LBFGS([w, b], max_iter=iterations, line_search_fn="strong_wolfe")
 
@@ -531,7 +533,7 @@ def fit_probe(features: torch.Tensor, labels: list[int], weight_decay: float = 1
 
     optimizer.step(loss)
     w, b = w.detach(), b.detach()
-    return lambda z: (((z - mean) / scale) @ w + b > 0).long().tolist()
+    return lambda z: (((z.double() - mean) / scale) @ w + b > 0).long().tolist()
 
 
 def probe(path: Path, pairs: str = "reference", seeds: tuple = (0, 1, 2), data_dir: Path = DATA_DIR,
