@@ -74,6 +74,7 @@ _ELSEWHERE = {
     'RECIPE_VERSION': 'corpus',
     'is_validation': 'corpus',
     'SPECIAL_TOKENS': 'tokenizer',
+    'SPECIAL_IN_TEXT': 'tokenizer',
     'WORD_START': 'tokenizer',
     'PUNCTUATION': 'tokenizer',
     'UNIT_PUNCTUATION': 'tokenizer',

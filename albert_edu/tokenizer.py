@@ -4,6 +4,7 @@
 """ALBERT's SentencePiece tokenizer: training it on our corpus and using it (chapter 2)."""
 
 import json
+import re
 import string
 import unicodedata
 from pathlib import Path
@@ -13,6 +14,8 @@ import sentencepiece as spm
 from albert_edu.corpus import DATA_DIR, load_documents
 
 SPECIAL_TOKENS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+# A special token typed in a text ("the [MASK] of france") is that token, as in transformers: exact case only.
+SPECIAL_IN_TEXT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
 WORD_START = "\u2581"  # SentencePiece's mark for a piece that begins a word ("▁")
 PUNCTUATION = set(string.punctuation)
 # The punctuation of ALBERT's masking rule (create_pretraining_data.py): string.punctuation without ' < = >.
@@ -107,10 +110,21 @@ class Tokenizer:
         return self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of a text, without special tokens."""
-        return self.sp.encode(normalize(text))
+        """Token ids of a text. Special tokens are not added; one written in the text ("[MASK]", "[SEP]", ...)
+        becomes its id, and the text on each side of it is normalized and segmented on its own."""
+        if not SPECIAL_IN_TEXT.search(text):
+            return self.sp.encode(normalize(text))
+        ids = []
+        for part in SPECIAL_IN_TEXT.split(text):  # text, special, text, ..., text
+            if part in SPECIAL_TOKENS:
+                ids.append(SPECIAL_TOKENS[part])
+            elif part.strip():
+                ids += self.sp.encode(normalize(part.strip()))
+        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if any(SPECIAL_IN_TEXT.search(t) for t in texts):
+            return [self.encode(t) for t in texts]
         return self.sp.encode([normalize(t) for t in texts])
 
     def decode(self, ids: list[int]) -> str:
@@ -126,4 +140,4 @@ class Tokenizer:
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1)
 
 
-__all__ = ['SPECIAL_TOKENS', 'WORD_START', 'PUNCTUATION', 'UNIT_PUNCTUATION', 'REQUIRED_CHARS', 'starts_unit', 'normalize', 'train_tokenizer', 'TRAINER_OPTIONS', 'Tokenizer']
+__all__ = ['SPECIAL_TOKENS', 'SPECIAL_IN_TEXT', 'WORD_START', 'PUNCTUATION', 'UNIT_PUNCTUATION', 'REQUIRED_CHARS', 'starts_unit', 'normalize', 'train_tokenizer', 'TRAINER_OPTIONS', 'Tokenizer']

@@ -57,6 +57,20 @@ def test_tokenizer_pair_layout_equals_transformers(tokenizer):
     assert types == [0] * (ids.index(3) + 1) + [1] * (len(ids) - ids.index(3) - 1)
 
 
+@pytest.mark.parametrize("text", ["paris is the [MASK] of france", "[CLS] it rained. [SEP] the streets were wet. [SEP]",
+                                  "a [MASK][MASK] b", "the[MASK]of", "he said [MASK].", "<unk> and <pad>",
+                                  "the [mask] and [Mask] are text, not special tokens"])
+def test_a_special_token_typed_in_text_becomes_its_id_as_in_transformers(tokenizer, text):
+    reference = transformers.AlbertTokenizer.from_pretrained(str(ROOT / "data" / "tokenizer"))
+    assert tokenizer.encode(text) == reference(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.encode_batch([text, "plain text"]) == [tokenizer.encode(text), tokenizer.encode("plain text")]
+
+
+def test_a_typed_mask_gives_the_mask_id(tokenizer):
+    ids = tokenizer.encode("paris is the [MASK] of france")
+    assert ids.count(tokenizer.mask_id) == 1 and tokenizer.pieces(ids)[3] == "[MASK]"
+
+
 def test_special_tokens_have_albert_ids(tokenizer):
     assert tokenizer.pieces(range(5)) == list(SPECIAL_TOKENS)
     assert SPECIAL_TOKENS == {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
