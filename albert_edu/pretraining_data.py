@@ -108,14 +108,7 @@ def _make_pair(chunk, documents, d, objective, target, rng, pairs="reference", m
     b = [t for sentence in chunk[a_end:] for t in sentence]
     if objective == "nsp" and (not b or rng.random() < 0.5) and len(documents) > 1:
         if neutral:
-            # as long as the B it replaces, give or take 10%, and filling the sequence exactly when that B does
-            # (a pair that fills it would otherwise say "label 0" more often, one that falls short "label 1")
-            tolerance, room = max(2, len(b) // 10), (max_tokens or len(a) + len(b) + 1) - len(a)
-            if len(b) >= room:
-                b, other = _random_b(documents, d, max(len(b) - tolerance, room), len(b) + tolerance, rng, sizes)
-            else:
-                b, other = _random_b(documents, d, max(len(b) - tolerance, 1), min(len(b) + tolerance, room - 1),
-                                     rng, sizes)
+            b, other = _neutral_b(a, b, documents, d, rng, max_tokens, sizes)  # section 6.2
         else:
             other = rng.randrange(len(documents) - 1)
             other += other >= d  # any document but this one
@@ -184,6 +177,16 @@ def _random_b(documents, d, shortest: int, longest: int, rng, sizes=None, tries:
         closest = min(runs) if closest is None else min(closest, min(runs))
     _, other, start, end = closest
     return [t for sentence in documents[other][start:end] for t in sentence], other
+
+
+def _neutral_b(a, b, documents, d, rng, max_tokens, sizes) -> tuple[list[int], int]:
+    """Change 3: a random B for NSP as long as the B it replaces, give or take 10%, and filling the sequence
+    exactly when that B does (a pair that fills it would otherwise say "label 0" more often, one that falls
+    short "label 1"); returns it and its document."""
+    tolerance, room = max(2, len(b) // 10), (max_tokens or len(a) + len(b) + 1) - len(a)
+    if len(b) >= room:
+        return _random_b(documents, d, max(len(b) - tolerance, room), len(b) + tolerance, rng, sizes)
+    return _random_b(documents, d, max(len(b) - tolerance, 1), min(len(b) + tolerance, room - 1), rng, sizes)
 
 
 NGRAM_WEIGHTS = (1 / 1, 1 / 2, 1 / 3)  # p(n) proportional to 1/n: 6/11, 3/11, 2/11
