@@ -127,7 +127,7 @@ def _scored_summary(path: Path, data_dir: Path, max_seq_len: int, pairs: str = "
 
 
 def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2,
-                       depths: tuple[int, ...] = (24, 48, 200)) -> dict:
+                       depths: tuple[int, ...] = (24, 48, 200), device: str = "cpu") -> dict:
     """Both experiments of a recipe: chapter 8's Table 5 runs and this chapter's Figure 1 runs (one pair of
     models per seed; the ALBERT-style one also unrolled to each of `depths`), trained now or taken from the run
     cache, scored with today's scoring code (every run's answers stored beside its scores, and once what the
@@ -136,12 +136,12 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
     figure1 = [figure1_runs(recipe, seed) for seed in check_recipe(recipe)["seeds"]]
     runs = table5 + diagnostic + [r for pair in figure1 for r in pair.values() if r not in table5]
     started = time.perf_counter()
-    paths = train_all(runs, runs_dir, data_dir, workers=workers)
+    paths = train_all(runs, runs_dir, data_dir, workers, device)  # trained on `device`, scored on the CPU
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:  # one run per process, as train_all
         summaries = list(pool.map(_scored_summary, paths, [data_dir] * len(runs),
                                   [run.training.max_seq_len for run in runs], [run.training.pairs for run in runs]))
     trunks = [r for r in (trunk_run(recipe), trunk_run(recipe, "none")) if r is not None]
-    trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers=workers)]
+    trunk_summaries = [run_summary(path) for path in train_all(trunks, runs_dir, data_dir, workers, device)]
 
     def curves(run: Run) -> dict:
         path, length = paths[runs.index(run)], run.training.max_seq_len
@@ -153,7 +153,7 @@ def experiment_results(recipe: str, runs_dir: Path = RUNS_DIR, data_dir: Path = 
 
     seeds = {style: [curves(pair[style]) for pair in figure1] for style in figure1[0]}
     lengths = {run.training.max_seq_len for run in runs}
-    return {**provenance(recipe, workers, summaries + trunk_summaries, started), "trunks": trunk_summaries,
+    return {**provenance(recipe, workers, summaries + trunk_summaries, started, device), "trunks": trunk_summaries,
             "pair_recipe": check_recipe(recipe)["pairs"],  # how every pair, trained on or scored, was cut
             "pairs": {str(length): held_out_pairs(data_dir, length, pairs=check_recipe(recipe)["pairs"])
                       for length in sorted(lengths)},  # by T

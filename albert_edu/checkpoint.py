@@ -139,7 +139,7 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
         warnings.warn(f"sharing={c.sharing!r} cannot be expressed in transformers' layout: saved with albert_edu's "
                       f"own tensor names in {OUR_WEIGHTS}, which albert_edu loads and transformers refuses",
                       stacklevel=3)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}  # files hold no device
     if as_transformers:
         state = to_transformers_names(state, c)
     path.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -65,14 +65,17 @@ class Run:
     start: "Run | None" = None
 
 
-def run_key(run: Run, data_dir: Path = DATA_DIR) -> str:
+def run_key(run: Run, data_dir: Path = DATA_DIR, device: str = "cpu") -> str:
     """A fingerprint of everything that decides the trained weights: both configurations (the seed among
-    them), the bytes of the data, the source of the training code and the key of the run it starts from.
-    Change any of them and the run is new."""
+    them), the bytes of the data, the source of the training code, the key of the run it starts from, and the
+    kind of device when it is not the CPU (a GPU computes in other precisions). Change any of them and the run
+    is new."""
     digest = hashlib.sha256()
     what = {"model": run.model.to_dict(), "training": asdict(run.training)}
     if run.start is not None:
-        what["start"] = run_key(run.start, data_dir)
+        what["start"] = run_key(run.start, data_dir, device)
+    if device != "cpu":
+        what["device"] = device.split(":")[0]
     digest.update(json.dumps(what, sort_keys=True).encode())
     for name in DATA_FILES:
         digest.update(name.encode() + (Path(data_dir) / name).read_bytes())
@@ -82,20 +85,22 @@ def run_key(run: Run, data_dir: Path = DATA_DIR) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_dir(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR) -> Path:
-    return Path(runs_dir) / f"{run.name}-{run_key(run, data_dir)}"
+def run_dir(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, device: str = "cpu") -> Path:
+    return Path(runs_dir) / f"{run.name}-{run_key(run, data_dir, device)}"
 
 
-def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, threads: int | None = None) -> Path:
+def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, threads: int | None = None,
+                 device: str = "cpu") -> Path:
     """The directory of a finished run: trained now, or earlier by any chapter or command (the cache).
     Training happens in a partial directory that is renamed when complete, so a killed run leaves no
     half-written entry. The next attempt resumes the partial run from its last checkpoint (bit-exact, chapter
     7) unless another living process is training it; then this one trains its own copy from the start. A run
-    with a start trains (or finds) that run first."""
-    final = run_dir(run, runs_dir, data_dir)
+    with a start trains (or finds) that run first. device: where it trains (chapter 7's resolve_device; the
+    scores are computed on the CPU)."""
+    final = run_dir(run, runs_dir, data_dir, device)
     if (final / "result.json").is_file():
         return final
-    start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads)
+    start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads, device)
     tmp, lock = final.with_name(f".{final.name}.partial"), final.with_name(f".{final.name}.lock")
     final.parent.mkdir(parents=True, exist_ok=True)
     if not _claim(lock):
@@ -106,16 +111,16 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
         torch.set_num_threads(threads or previous)
         try:
             pretrain(run.model, run.training, tmp, resume=resumed_at > 0, data_dir=Path(data_dir), progress=False,
-                     init_from=start)
+                     init_from=start, device=device)
             seconds = round(time.perf_counter() - started, 1)
             scores = score(tmp, data_dir, run.training.max_seq_len, predictions=predictions, pairs=run.training.pairs)
         finally:
             torch.set_num_threads(previous)  # the caller's setting, for whatever it runs next
         shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
-        result = {"name": run.name, "key": run_key(run, data_dir), "model": run.model.to_dict(),
+        result = {"name": run.name, "key": run_key(run, data_dir, device), "model": run.model.to_dict(),
                   "training": asdict(run.training), "start": None if start is None else start.name,
                   "seconds": seconds, "resumed_at": resumed_at, "scores": scores, "predictions": predictions,
-                  "scoring": scoring_key()}
+                  "scoring": scoring_key(), **({"device": device} if device != "cpu" else {})}
         (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
         if final.exists():  # another process finished the same run first; both are equal, keep theirs
             shutil.rmtree(tmp)
@@ -163,19 +168,20 @@ def _resumable(partial: Path) -> int:
 
 
 def _train_one(name: str, model: AlbertConfig, training: TrainingConfig, start: Run | None, runs_dir: Path,
-               data_dir: Path) -> Path:
+               data_dir: Path, device: str = "cpu") -> Path:
     """What a worker process of train_all runs, on one thread."""
-    return train_cached(Run(name, model, training, start), runs_dir, data_dir, threads=1)
+    return train_cached(Run(name, model, training, start), runs_dir, data_dir, threads=1, device=device)
 
 
-def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> list[Path]:
+def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2,
+              device: str = "cpu") -> list[Path]:
     """train_cached for every run, `workers` runs at a time, each on one thread (matrices this small keep one
     thread busy better than two). The runs that others start from are trained first, each once; a lone missing
     run trains in this process on `workers` threads."""
-    starts = {run_key(r.start, data_dir): r.start for r in runs if r.start is not None}
+    starts = {run_key(r.start, data_dir, device): r.start for r in runs if r.start is not None}
     if starts:
-        train_all(list(starts.values()), runs_dir, data_dir, workers)
-    paths = [run_dir(r, runs_dir, data_dir) for r in runs]  # fixed now: editing the code later changes keys
+        train_all(list(starts.values()), runs_dir, data_dir, workers, device)
+    paths = [run_dir(r, runs_dir, data_dir, device) for r in runs]  # fixed now: editing the code later changes keys
     missing = [i for i, path in enumerate(paths) if not (path / "result.json").is_file()]
     if len(missing) > 1 and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
@@ -185,10 +191,10 @@ def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_
 
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
             trained = pool.map(_train_one, *zip(*[(runs[i].name, runs[i].model, runs[i].training, runs[i].start,
-                                                   runs_dir, data_dir) for i in missing]))
+                                                   runs_dir, data_dir, device) for i in missing]))
             for i, path in zip(missing, trained):
                 paths[i] = path
-    return [path if (path / "result.json").is_file() else train_cached(run, runs_dir, data_dir, threads=workers)
+    return [path if (path / "result.json").is_file() else train_cached(run, runs_dir, data_dir, workers, device)
             for run, path in zip(runs, paths)]
 
 
@@ -306,7 +312,14 @@ RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len"
            "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
                     "pairs": "reference", "save_every": 0},
            "neutral": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
-                       "pairs": "neutral", "save_every": 100}}
+                       "pairs": "neutral", "save_every": 100},
+           # For a GPU (README, "On a GPU"): twice as wide and deep (H = 256, L = 12), batches of 128, a trunk of
+           # 12,000 steps (about 16 times full's tokens), 2,000 continued steps and five seeds. Defined, not yet
+           # run; its learning rate is full's, swept for the smaller model at batches of 32.
+           "gpu": {"steps": 2000, "seeds": (0, 1, 2, 3, 4), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 12000,
+                   "pairs": "reference", "save_every": 500, "batch_size": 128,
+                   "model": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024,
+                             "num_hidden_layers": 12}}}
 
 
 def check_recipe(recipe: str) -> dict:
@@ -320,10 +333,16 @@ def recipe_training(recipe: str, objective: str, seed: int, steps: int | None = 
     """How every run of a recipe trains: LAMB at the sweep's best rate, warm-up over the first 1/15 of the steps."""
     settings = check_recipe(recipe)
     steps, evaluations = steps or settings["steps"], settings["evaluations"]
-    return TrainingConfig(objective=objective, steps=steps, batch_size=32, max_seq_len=settings["max_seq_len"],
+    return TrainingConfig(objective=objective, steps=steps, batch_size=settings.get("batch_size", 32),
+                          max_seq_len=settings["max_seq_len"],
                           seed=seed, lr=5e-3, warmup_steps=steps // 15, log_every=10, mlm_weight=mlm_weight,
                           eval_every=steps // evaluations if evaluations else 0, pairs=settings["pairs"],
                           save_every=settings["save_every"])
+
+
+def recipe_model(recipe: str, sharing: str = "all") -> AlbertConfig:
+    """The experiments' model, or the larger one a recipe asks for (its "model" sizes)."""
+    return replace(experiment_model(sharing), **check_recipe(recipe).get("model", {}))
 
 
 def trunk_run(recipe: str, sharing: str = "all") -> Run | None:
@@ -331,7 +350,7 @@ def trunk_run(recipe: str, sharing: str = "all") -> Run | None:
     steps = check_recipe(recipe)["trunk_steps"]
     if not steps:
         return None
-    return Run(f"trunk-{recipe}" + ("" if sharing == "all" else "-unshared"), experiment_model(sharing),
+    return Run(f"trunk-{recipe}" + ("" if sharing == "all" else "-unshared"), recipe_model(recipe, sharing),
                recipe_training(recipe, "none", 0, steps=steps))
 
 
@@ -353,7 +372,7 @@ def sweep_runs() -> list[Run]:
 
 def table5_runs(recipe: str = "book") -> list[Run]:
     """Three objectives x the recipe's seeds, one model geometry (and one trunk), everything else equal."""
-    return [Run(f"{objective}-s{seed}-{recipe}", experiment_model("all"), recipe_training(recipe, objective, seed),
+    return [Run(f"{objective}-s{seed}-{recipe}", recipe_model(recipe), recipe_training(recipe, objective, seed),
                 trunk_run(recipe)) for objective in ("none", "nsp", "sop") for seed in check_recipe(recipe)["seeds"]]
 
 
@@ -363,7 +382,7 @@ def diagnostic_runs(recipe: str = "full") -> list[Run]:
     for recipes with a trunk."""
     if trunk_run(recipe) is None:
         return []
-    return [Run(f"sop-only-s0-{recipe}", experiment_model("all"), recipe_training(recipe, "sop", 0, mlm_weight=0.0),
+    return [Run(f"sop-only-s0-{recipe}", recipe_model(recipe), recipe_training(recipe, "sop", 0, mlm_weight=0.0),
                 trunk_run(recipe))]
 
 
@@ -371,25 +390,26 @@ def figure1_runs(recipe: str = "book", seed: int = 0) -> dict[str, Run]:
     """BERT-style (nothing shared) and ALBERT-style (all shared) models of one geometry, trained alike with SOP
     (each from its own trunk, if the recipe has trunks). The ALBERT-style run is table5_runs' SOP run of the
     same seed, so the cache trains it once for both chapters."""
-    return {style: Run(f"sop-s{seed}-{recipe}" + ("" if sharing == "all" else "-unshared"), experiment_model(sharing),
+    return {style: Run(f"sop-s{seed}-{recipe}" + ("" if sharing == "all" else "-unshared"), recipe_model(recipe, sharing),
                        recipe_training(recipe, "sop", seed), trunk_run(recipe, sharing))
             for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all"))}
 
 
-def provenance(recipe: str, workers: int, summaries: list[dict], started: float) -> dict:
+def provenance(recipe: str, workers: int, summaries: list[dict], started: float, device: str = "cpu") -> dict:
     """How a results file was made: the command, the machine, and the time (each run's own training time
     summed, and this call's, which is shorter when runs came from the cache)."""
     return {"recipe": recipe, "command": f"albert-edu experiment --recipe {recipe}",
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores" + (
+                f", {torch.cuda.get_device_name(device)}" if device != "cpu" else ""), "workers": workers,
             "training_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1),
             "minutes": round((time.perf_counter() - started) / 60, 1)}
 
 
-def sweep_results(runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2) -> dict:
+def sweep_results(runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, workers: int = 2, device: str = "cpu") -> dict:
     """The sweep's runs, trained now or taken from the cache, one summary each, and how they were made."""
     started = time.perf_counter()
-    summaries = [run_summary(path) for path in train_all(sweep_runs(), runs_dir, data_dir, workers=workers)]
-    return {**provenance("sweep", workers, summaries, started), "runs": summaries}
+    summaries = [run_summary(path) for path in train_all(sweep_runs(), runs_dir, data_dir, workers, device)]
+    return {**provenance("sweep", workers, summaries, started, device), "runs": summaries}
 
 
 def run_summary(path: Path, loss_every: int = 50) -> dict:
@@ -606,4 +626,4 @@ def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len:
     return torch.tensor(rows)
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'PROBE_READS', 'probe_reads', 'SURFACE_FEATURES', 'surface_features']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'recipe_model', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'PROBE_READS', 'probe_reads', 'SURFACE_FEATURES', 'surface_features']

@@ -73,7 +73,10 @@ def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleS
     model.save_pretrained(tmp, layout=layout(model.config))
     moments = {f"{i}.{name}": value for i, p in enumerate(_parameters(optimizer))
                for name, value in optimizer.state.get(p, {}).items() if torch.is_tensor(value)}
-    save_file({**moments, "torch_rng_state": torch.get_rng_state()}, tmp / "optimizer.safetensors")
+    rng = {"torch_rng_state": torch.get_rng_state()}
+    if any(p.is_cuda for p in _parameters(optimizer)):  # dropout on a GPU draws from the GPU's generator
+        rng["cuda_rng_state"] = torch.cuda.get_rng_state()
+    save_file({**{k: v.detach().cpu() for k, v in moments.items()}, **rng}, tmp / "optimizer.safetensors")
     meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
     (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(final, ignore_errors=True)
@@ -101,10 +104,13 @@ def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, conf
     model.load_state_dict(type(model).from_pretrained(directory).state_dict())
     tensors = load_file(directory / "optimizer.safetensors")
     torch.set_rng_state(tensors.pop("torch_rng_state"))
+    cuda_rng = tensors.pop("cuda_rng_state", None)
     parameters = _parameters(optimizer)
+    if cuda_rng is not None and any(p.is_cuda for p in parameters):  # saved on a GPU, resumed on one
+        torch.cuda.set_rng_state(cuda_rng)
     for key, value in tensors.items():  # "3.m": LAMB's first moment of parameter 3 (AdamW's are "3.exp_avg", ...)
         i, name = key.split(".", 1)
-        optimizer.state[parameters[int(i)]][name] = value
+        optimizer.state[parameters[int(i)]][name] = value.to(parameters[int(i)].device)  # any device to any
     stream.seek(meta["stream"])
     return meta["step"]
 
@@ -128,9 +134,9 @@ def layout(config) -> str:
     return "transformers" if transformers_expressible(config) else "ours"
 
 
-def distributed_setup() -> tuple[int, int]:
-    """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process.
-    The loop trains on the CPU, so processes talk through gloo."""
+def distributed_setup(device_type: str = "cpu") -> tuple[int, int]:
+    """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process. Processes
+    talk through NCCL when they train on GPUs and through gloo on the CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)

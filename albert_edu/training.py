@@ -2,9 +2,10 @@
 # Edit the chapter and re-export; changes made here are lost.
 
 """The pre-training loop: batches, losses, LAMB, validation, checkpoints that survive a kill, and
-DistributedDataParallel under torchrun (chapter 7)."""
+DistributedDataParallel under torchrun, on the CPU or a GPU (chapter 7)."""
 
 import json
+import os
 import random
 import time
 from contextlib import contextmanager, nullcontext
@@ -97,9 +98,10 @@ def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
     example; per example how many masked pieces the MLM head gets right and the sum of its cross-entropy over
     them ("mlm_right_each", "mlm_loss_each"); and the totals over all masked pieces."""
     out = {"answers": [], "labels": [], "mlm_right_each": [], "mlm_loss_each": []}
+    device = next(model.parameters()).device
     with eval_mode(model):
         for start in range(0, len(examples), batch_size):
-            batch = collate(examples[start:start + batch_size])
+            batch = to_device(collate(examples[start:start + batch_size]), device)
             out["labels"] += batch.pop("sentence_order_label").tolist()
             result = model(**batch)
             out["answers"] += result.sop_logits.argmax(-1).tolist()
@@ -108,7 +110,7 @@ def predict(model, examples: list[Example], batch_size: int = 64) -> dict:
             masked = batch["labels"][labelled]
             right = (result.masked_lm_logits.argmax(-1) == masked).double()
             loss = F.cross_entropy(result.masked_lm_logits, masked, reduction="none").double()
-            per_example = torch.zeros(len(labelled), 2, dtype=torch.float64)
+            per_example = torch.zeros(len(labelled), 2, dtype=torch.float64, device=device)
             per_example.index_add_(0, rows, torch.stack([right, loss], 1))
             out["mlm_right_each"] += per_example[:, 0].int().tolist()
             out["mlm_loss_each"] += per_example[:, 1].tolist()
@@ -133,15 +135,18 @@ def evaluate(model, examples: dict[str, list[Example]], batch_size: int = 64) ->
     return scores
 
 
-def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int) -> torch.Tensor:
+def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int, labelled: int,
+                device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> torch.Tensor:
     """Forward and backward over micro-batches. Each term is weighted so that the gradient, after DDP averages
     it over processes, equals that of the mean loss over the whole global batch. Returns this process's share
-    of the two losses, [MLM, pair] (the pair loss 0 under "none"), which sum to the global batch's means."""
-    parts = torch.zeros(2)
+    of the two losses, [MLM, pair] (the pair loss 0 under "none"), which sum to the global batch's means. The
+    batches are made on the CPU and copied to `device`; the forward pass runs under autocast in `dtype` if given."""
+    parts = torch.zeros(2, device=device)
     for start in range(0, len(examples), micro):
-        batch = collate(examples[start:start + micro])
+        batch = to_device(collate(examples[start:start + micro]), device)
         pairs = batch.pop("sentence_order_label")
-        out = model(**batch, sentence_order_label=pairs if config.objective != "none" else None)
+        with torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext():
+            out = model(**batch, sentence_order_label=pairs if config.objective != "none" else None)
         n = int((batch["labels"] != -100).sum())
         mlm = out.mlm_loss * (n / labelled)
         pair = out.sop_loss * (len(pairs) / config.batch_size) if out.sop_loss is not None else torch.zeros(())
@@ -149,6 +154,46 @@ def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int,
         (loss * world).backward()
         parts += torch.stack([mlm.detach(), pair.detach()])
     return parts
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_device(device: "str | torch.device" = "cpu") -> torch.device:
+    """Where a run trains: "cpu", "cuda" (or "cuda:N"), or "auto", a GPU when PyTorch sees one. Under torchrun
+    each process takes the GPU of its local rank. Asking for CUDA where there is none is an error that says
+    what to do."""
+    name = str(device)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if not name.startswith("cuda"):
+        raise ValueError(f"device={name!r}: expected 'auto', 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device={name!r}, but this PyTorch ({torch.__version__}, CUDA build: "
+                         f"{torch.version.cuda or 'none'}) sees no CUDA GPU. On a machine with an NVIDIA GPU, install "
+                         f"the CUDA build of the same torch release (README, 'On a GPU'); here, use --device cpu")
+    if name == "cuda" and "LOCAL_RANK" in os.environ:  # torchrun: one GPU per process
+        name = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    return torch.device(name)
+
+
+def autocast_dtype(device: torch.device, precision: str = "auto") -> "torch.dtype | None":
+    """The dtype of the forward pass under autocast, or None for plain fp32: "auto" is bf16 on a GPU and fp32 on
+    the CPU. Weights, gradients and LAMB's moments stay fp32 whatever this says."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: expected one of {PRECISIONS}")
+    if precision == "auto":
+        precision = "bf16" if device.type == "cuda" else "fp32"
+    return torch.bfloat16 if precision == "bf16" else None
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """A batch made on the CPU, on `device`: on a GPU copied from pinned memory without waiting for the copy."""
+    if device.type == "cpu":
+        return batch
+    return {name: tensor.pin_memory().to(device, non_blocking=True) for name, tensor in batch.items()}
 
 
 @dataclass
@@ -163,6 +208,8 @@ class PretrainingRun:
     rank: int
     world: int
     micro: int  # sequences per forward pass: batch_size / (world x accumulation)
+    device: torch.device = torch.device("cpu")
+    dtype: "torch.dtype | None" = None  # autocast's dtype for the forward pass; None: fp32
 
 
 def continue_from(model: AlbertForPreTraining, path: Path) -> None:
@@ -179,10 +226,15 @@ def continue_from(model: AlbertForPreTraining, path: Path) -> None:
 
 
 def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path, resume: bool,
-              data_dir: Path, tokenizer: Tokenizer, init_from: Path | None = None) -> PretrainingRun:
+              data_dir: Path, tokenizer: Tokenizer, init_from: Path | None = None, device: str = "cpu",
+              precision: str = "auto", compile: bool = False) -> PretrainingRun:
     """A new run, or the run in out_dir continued from its last checkpoint (resume=True). init_from: start
-    from the weights of the model saved there (continue_from) instead of a random initialization."""
-    rank, world = distributed_setup()
+    from the weights of the model saved there (continue_from) instead of a random initialization. device,
+    precision: where and how it computes (resolve_device, autocast_dtype), which a checkpoint does not record:
+    a run saved on one device resumes on another. compile: torch.compile the model."""
+    device = resolve_device(device)
+    dtype = autocast_dtype(device, precision)
+    rank, world = distributed_setup(device.type)
     micro, leftover = divmod(config.batch_size, world * config.accumulation)
     if leftover or micro == 0:
         raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x accumulation "
@@ -197,10 +249,14 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     if config.max_seq_len > model_config.max_position_embeddings:
         raise ValueError(f"max_seq_len={config.max_seq_len} exceeds the model's max_position_embeddings="
                          f"{model_config.max_position_embeddings}")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.set_float32_matmul_precision("high")  # TF32 for the fp32 products autocast leaves
     torch.manual_seed(config.seed)
-    model = AlbertForPreTraining(model_config)
+    model = AlbertForPreTraining(model_config)  # built on the CPU, so that every device starts from one init
     if init_from is not None:
         continue_from(model, Path(init_from))
+    model.to(device)  # before the optimizer is made, so that its state lives where the weights do
     optimizer = OPTIMIZERS[config.optimizer](parameter_groups(model, config.weight_decay), lr=config.lr)
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed, config.pairs)
@@ -214,8 +270,11 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
         group["lr"] = base * schedule(step)
     trained = torch.nn.parallel.DistributedDataParallel(
-        model, find_unused_parameters=config.objective == "none" or config.mlm_weight == 0) if world > 1 else model
-    return PretrainingRun(model, trained, optimizer, scheduler, stream, step, rank, world, micro)
+        model, device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=config.objective == "none" or config.mlm_weight == 0) if world > 1 else model
+    if compile:
+        trained = torch.compile(trained)
+    return PretrainingRun(model, trained, optimizer, scheduler, stream, step, rank, world, micro, device, dtype)
 
 
 def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
@@ -226,7 +285,7 @@ def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
     share = run.micro * config.accumulation
     mine = global_batch[run.rank * share:(run.rank + 1) * share]
     parts = _accumulate(run.trained, mine, run.micro, config, run.world,
-                        sum(len(e.mlm_positions) for e in global_batch))
+                        sum(len(e.mlm_positions) for e in global_batch), run.device, run.dtype)
     lr = run.optimizer.param_groups[0]["lr"]
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), 1.0)
     run.optimizer.step()
@@ -243,13 +302,15 @@ def train_step(run: PretrainingRun, config: TrainingConfig) -> dict:
 
 def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume: bool = False,
              data_dir: Path = DATA_DIR, stop_after: int | None = None, progress: bool = True,
-             init_from: Path | None = None) -> dict:
+             init_from: Path | None = None, device: str = "cpu", precision: str = "auto",
+             compile: bool = False) -> dict:
     """Pre-train an AlbertForPreTraining; write out_dir/{config.json, model.safetensors, log.jsonl}.
     stop_after ends the run early at that step, as an interruption would (for demonstrations and tests).
-    init_from: a saved model to continue from (continued pre-training; its pair head is not taken)."""
+    init_from: a saved model to continue from (continued pre-training; its pair head is not taken).
+    device, precision, compile: where and how it computes (start_run)."""
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     tokenizer = Tokenizer.load(data_dir / "tokenizer")
-    run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from)
+    run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from, device, precision, compile)
     validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len,
                                      pairs=config.pairs)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -293,4 +354,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['OPTIMIZERS', 'TrainingConfig', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']
+__all__ = ['OPTIMIZERS', 'TrainingConfig', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'PRECISIONS', 'resolve_device', 'autocast_dtype', 'to_device', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']

@@ -133,6 +133,11 @@ def configure_pretrain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-dropout", action="store_true",
                    help="no dropout anywhere (the paper's Section 4.8 finds it helps; it also makes runs on 1 and "
                         "N processes agree, since dropout masks depend on how the batch is split)")
+    _device_option(p)
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                   help="the forward pass: bf16 autocast (weights and LAMB stay fp32) or fp32; auto: bf16 on a GPU, "
+                        "fp32 on the CPU (default: auto)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (worth it for long GPU runs)")
     _data_dir_option(p)
     training = p.add_argument_group("training (the fields of TrainingConfig, chapter 7)")
     for name, default in _training_defaults().items():
@@ -141,6 +146,21 @@ def configure_pretrain(p: argparse.ArgumentParser) -> None:
         extra = {"choices": choices[name]} if name in choices else {}
         training.add_argument(flag, type=type(default), default=default,
                               help=f"{TRAINING_HELP.get(name, name.replace('_', ' '))} (default: {default})", **extra)
+
+
+def _device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where to train: auto takes a CUDA GPU when PyTorch sees one, else the CPU (default: auto)")
+
+
+def _device(name: str) -> str:
+    """The device a command trains on, as the library names it; asking for CUDA without it is a one-line error."""
+    from albert_edu.training import resolve_device
+
+    try:
+        return str(resolve_device(name))
+    except ValueError as error:
+        raise CommandError(str(error)) from None
 
 
 def pretrain(args) -> None:
@@ -156,7 +176,8 @@ def pretrain(args) -> None:
         model_config = replace(model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                                classifier_dropout_prob=0.0)
     config = TrainingConfig(**{name: getattr(args, name) for name in _training_defaults()})
-    result = pretrain(model_config, config, args.out, resume=args.resume, data_dir=args.data_dir)
+    result = pretrain(model_config, config, args.out, resume=args.resume, data_dir=args.data_dir,
+                      device=_device(args.device), precision=args.precision, compile=args.compile)
     print(json.dumps(result))
 
 
@@ -169,11 +190,13 @@ def configure_experiment(p: argparse.ArgumentParser) -> None:
                    help="book (minutes, the chapters' live runs), pilot (the first long recipe, whose results "
                         "the chapters show until full has run), full (one MLM trunk per geometry continued with "
                         "each objective, three seeds; about two hours on 2 cores), neutral (full on pairs whose "
-                        "lengths carry no label; about as long, and it resumes where a killed command stopped) "
+                        "lengths carry no label; about as long, and it resumes where a killed command stopped), "
+                        "gpu (full with a larger model, more steps and five seeds, for a GPU) "
                         "or sweep (the learning-rate sweep behind the full recipe)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
     p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
+    _device_option(p)
     _data_dir_option(p)
 
 
@@ -187,10 +210,15 @@ def experiment(args) -> None:
     if args.workers < 1:
         raise CommandError(f"--workers {args.workers}: expected at least 1")
     runs_dir = args.runs_dir or args.data_dir / "runs"
+    device = _device(args.device)
+    if args.recipe == "gpu" and device == "cpu":
+        raise CommandError("--recipe gpu is sized for a GPU (a model twice as wide and deep, 12,000 + 17 x 2,000 "
+                           "steps of 128 sequences; days on 2 CPU cores) and this PyTorch sees none: run it on a "
+                           "GPU machine (README, 'On a GPU'), or choose --recipe full")
     if args.recipe == "sweep":
-        results = sweep_results(runs_dir, args.data_dir, args.workers)
+        results = sweep_results(runs_dir, args.data_dir, args.workers, device=device)
     else:
-        results = experiment_results(args.recipe, runs_dir, args.data_dir, args.workers)
+        results = experiment_results(args.recipe, runs_dir, args.data_dir, args.workers, device=device)
     out = args.out or RESULTS_DIR / f"{args.recipe}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
