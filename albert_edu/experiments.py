@@ -313,7 +313,7 @@ RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len"
                     "pairs": "reference", "save_every": 0},
            "neutral": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
                        "pairs": "neutral", "save_every": 100},
-           # For a GPU (README, "On a GPU"): twice as wide and deep (H = 256, L = 12), batches of 128, a trunk of
+           # For a GPU (README, "On a GPU"): twice as wide and deep (H = 256, L = 12), batches of 128, trunks of
            # 12,000 steps (about 16 times full's tokens), 2,000 continued steps and five seeds. Defined, not yet
            # run; its learning rate is full's, swept for the smaller model at batches of 32.
            "gpu": {"steps": 2000, "seeds": (0, 1, 2, 3, 4), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 12000,
@@ -398,7 +398,8 @@ def figure1_runs(recipe: str = "book", seed: int = 0) -> dict[str, Run]:
 def provenance(recipe: str, workers: int, summaries: list[dict], started: float, device: str = "cpu") -> dict:
     """How a results file was made: the command, the machine, and the time (each run's own training time
     summed, and this call's, which is shorter when runs came from the cache)."""
-    return {"recipe": recipe, "command": f"albert-edu experiment --recipe {recipe}",
+    return {"recipe": recipe, "command": f"albert-edu experiment --recipe {recipe}" + (
+                f" --device {device.split(':')[0]}" if device != "cpu" else ""),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores" + (
                 f", {torch.cuda.get_device_name(device)}" if device != "cpu" else ""), "workers": workers,
             "training_minutes": round(sum(s["seconds"] for s in summaries) / 60, 1),

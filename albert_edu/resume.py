@@ -110,7 +110,8 @@ def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, conf
         torch.cuda.set_rng_state(cuda_rng)
     for key, value in tensors.items():  # "3.m": LAMB's first moment of parameter 3 (AdamW's are "3.exp_avg", ...)
         i, name = key.split(".", 1)
-        optimizer.state[parameters[int(i)]][name] = value.to(parameters[int(i)].device)  # any device to any
+        # any device to any; a step counter (AdamW's) stays on the CPU, where PyTorch keeps it
+        optimizer.state[parameters[int(i)]][name] = value if name == "step" else value.to(parameters[int(i)].device)
     stream.seek(meta["stream"])
     return meta["step"]
 
@@ -134,9 +135,12 @@ def layout(config) -> str:
     return "transformers" if transformers_expressible(config) else "ours"
 
 
-def distributed_setup(device_type: str = "cpu") -> tuple[int, int]:
+def distributed_setup(device: torch.device = torch.device("cpu")) -> tuple[int, int]:
     """(rank, world size): from torchrun's environment variables, or (0, 1) in a single process. Processes
-    talk through NCCL when they train on GPUs and through gloo on the CPU."""
+    talk through NCCL when they train on GPUs (each bound to its own, `device`) and through gloo on the CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+        if device.type == "cuda":
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)

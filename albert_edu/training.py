@@ -149,7 +149,7 @@ def _accumulate(model, examples, micro: int, config: TrainingConfig, world: int,
             out = model(**batch, sentence_order_label=pairs if config.objective != "none" else None)
         n = int((batch["labels"] != -100).sum())
         mlm = out.mlm_loss * (n / labelled)
-        pair = out.sop_loss * (len(pairs) / config.batch_size) if out.sop_loss is not None else torch.zeros(())
+        pair = out.sop_loss * (len(pairs) / config.batch_size) if out.sop_loss is not None else mlm.new_zeros(())
         loss = pair if config.mlm_weight == 0 else config.mlm_weight * mlm + pair  # 0: the MLM head gets no gradient
         (loss * world).backward()
         parts += torch.stack([mlm.detach(), pair.detach()])
@@ -174,8 +174,11 @@ def resolve_device(device: "str | torch.device" = "cpu") -> torch.device:
         raise ValueError(f"device={name!r}, but this PyTorch ({torch.__version__}, CUDA build: "
                          f"{torch.version.cuda or 'none'}) sees no CUDA GPU. On a machine with an NVIDIA GPU, install "
                          f"the CUDA build of the same torch release (README, 'On a GPU'); here, use --device cpu")
-    if name == "cuda" and "LOCAL_RANK" in os.environ:  # torchrun: one GPU per process
-        name = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if name != "cuda" and under_torchrun:
+        raise ValueError(f"device={name!r} under torchrun: use 'cuda', and each process takes the GPU of its local rank")
+    if name == "cuda":  # always with an index: torch.cuda.set_device and DDP need one
+        name = f"cuda:{int(os.environ['LOCAL_RANK']) if under_torchrun else torch.cuda.current_device()}"
     return torch.device(name)
 
 
@@ -234,7 +237,11 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     a run saved on one device resumes on another. compile: torch.compile the model."""
     device = resolve_device(device)
     dtype = autocast_dtype(device, precision)
-    rank, world = distributed_setup(device.type)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        if precision != "fp32":  # TF32 for the products autocast leaves in fp32; CUDA only, the CPU is untouched
+            torch.backends.cuda.matmul.fp32_precision = "tf32"
+    rank, world = distributed_setup(device)
     micro, leftover = divmod(config.batch_size, world * config.accumulation)
     if leftover or micro == 0:
         raise ValueError(f"batch_size={config.batch_size} must be a multiple of processes x accumulation "
@@ -249,9 +256,6 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     if config.max_seq_len > model_config.max_position_embeddings:
         raise ValueError(f"max_seq_len={config.max_seq_len} exceeds the model's max_position_embeddings="
                          f"{model_config.max_position_embeddings}")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.set_float32_matmul_precision("high")  # TF32 for the fp32 products autocast leaves
     torch.manual_seed(config.seed)
     model = AlbertForPreTraining(model_config)  # built on the CPU, so that every device starts from one init
     if init_from is not None:

@@ -31,6 +31,11 @@ def test_the_loop_learns_on_a_gpu_under_bf16_autocast(tmp_path):
     assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in _weights(tmp_path / "run").values())
 
 
+def test_an_mlm_only_run_trains_on_a_gpu(tmp_path):  # its pair loss is a zero that must live on the GPU too
+    config = TrainingConfig(objective="none", steps=4, batch_size=8, max_seq_len=48, warmup_steps=1)
+    assert pretrain(TINY, config, tmp_path / "run", progress=False, device="cuda")["step"] == 4
+
+
 @pytest.mark.parametrize("first, then", [("cuda", "cpu"), ("cpu", "cuda")])
 def test_a_run_saved_on_one_device_resumes_on_the_other(first, then, tmp_path):
     config = TrainingConfig(objective="sop", steps=8, batch_size=8, max_seq_len=48, warmup_steps=2, save_every=4)
