@@ -44,6 +44,15 @@ _HOME = {
     'score': 'experiments',  # 08_nsp_vs_sop.ipynb
     'layer_states': 'analysis',  # 09_embeddings_across_layers.ipynb
     'figure1_curves': 'analysis',  # 09_embeddings_across_layers.ipynb
+    'load_checkpoint_and_tokenizer': 'downstream',  # 10_using_the_model.ipynb
+    'fill_mask': 'downstream',  # 10_using_the_model.ipynb
+    'read_similarity': 'downstream',  # 10_using_the_model.ipynb
+    'spearman': 'downstream',  # 10_using_the_model.ipynb
+    'nearest_words': 'downstream',  # 10_using_the_model.ipynb
+    'FinetuneConfig': 'downstream',  # 10_using_the_model.ipynb
+    'fit': 'downstream',  # 10_using_the_model.ipynb
+    'continuation_items': 'downstream',  # 10_using_the_model.ipynb
+    'finetune_results': 'downstream',  # 10_using_the_model.ipynb
 }
 # the other names of the chapters' modules: albert_edu.X says where they are
 _ELSEWHERE = {
@@ -167,6 +176,40 @@ _ELSEWHERE = {
     'held_out_text': 'analysis',
     'unrolled_transitions': 'analysis',
     'experiment_results': 'analysis',
+    'CHECKPOINT_VARIABLE': 'downstream',
+    'real_checkpoint': 'downstream',
+    'encode_for_model': 'downstream',
+    'SIMILARITY_FILES': 'downstream',
+    'word_table': 'downstream',
+    'word_vectors': 'downstream',
+    'ranks': 'downstream',
+    'pair_cosines': 'downstream',
+    'WORD': 'downstream',
+    'cooccurrence_vectors': 'downstream',
+    'bootstrap_pairs': 'downstream',
+    'contextual_vectors': 'downstream',
+    'self_similarity': 'downstream',
+    'POLARITY_FILE': 'downstream',
+    'read_polarity': 'downstream',
+    'classifier_from': 'downstream',
+    'pad': 'downstream',
+    'sentence_logits': 'downstream',
+    'predict_classes': 'downstream',
+    'encode_sentences': 'downstream',
+    'stratified_folds': 'downstream',
+    'FINETUNE_RECIPES': 'downstream',
+    'CONTENDERS': 'downstream',
+    'check_finetune_recipe': 'downstream',
+    'pair_row': 'downstream',
+    'choice_logits': 'downstream',
+    'overlap_choice': 'downstream',
+    'sentiment_unit': 'downstream',
+    'continuation_data': 'downstream',
+    'continuation_unit': 'downstream',
+    'run_units': 'downstream',
+    'bow_sentiment': 'downstream',
+    'pretrained_starts': 'downstream',
+    'finetune_key': 'downstream',
 }
 __all__ = list(_HOME)
 

@@ -33,6 +33,11 @@ MEMBERS = {
             "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb"),
     "pang_lee": ("gensim/test/test_data/pang_lee_polarity.cor",
                  "662c1b7c3bd0612eaaaf3f0c694cbd3897e30c0d87d2940b46c9fd0d15ed70c1"),
+    # human judgments of how similar two words are, which chapter 10 compares embeddings with
+    "wordsim353": ("gensim/test/test_data/wordsim353.tsv",
+                   "f92a022fc2537793a15bc3a8c162ebcd74990e033a228bb6388cb71e4c0b1e1d"),
+    "simlex999": ("gensim/test/test_data/simlex999.txt",
+                  "d5e0501971478a511430ee880bd0121e94ac701ba86d90544d83e6d2ba3db05d"),
 }
 
 

@@ -4,6 +4,7 @@
     masking_explorer()    chapter 6: a document, an objective and a seed -> the pair and its masked spans
     layer_explorer()      chapter 9: a model, a layer and a token -> the L2 and angle curves over the layers
                           (all tokens and the chosen one), with the chosen layer's values
+    fill_mask_explorer()  chapter 10: a text with [MASK]s, a model and k -> each mask's top-k pieces as bars
 
 Each explorer runs in JupyterLab (the chapters call them) or as a small web app served by
 `albert-edu explore` (`make explore`; see albert_edu.tools.explore).
@@ -252,3 +253,75 @@ def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     plt.show()
+
+
+# ---- chapter 10: fill-mask ---------------------------------------------------------------------------------
+
+def fill_mask_models(recipe: str = "book") -> dict[str, object]:
+    """The models the fill-mask explorer offers: chapter 8's trained runs of `recipe` found in the run cache, the
+    checkpoint that ALBERT_CHECKPOINT names (when set), and a randomly initialized model of the book's geometry."""
+    import os
+
+    import torch
+
+    from albert_edu.downstream import CHECKPOINT_VARIABLE
+    from albert_edu.experiments import recipe_model, run_dir, table5_runs
+    from albert_edu.model import AlbertForPreTraining
+
+    models = {}
+    for run in table5_runs(recipe):
+        if (run_dir(run) / "result.json").is_file():
+            models[f"{run.training.objective.upper() if run.training.objective != 'none' else 'MLM only'}, "
+                   f"trained ({recipe})"] = run_dir(run)
+    if os.environ.get(CHECKPOINT_VARIABLE):
+        models[f"{CHECKPOINT_VARIABLE}: {Path(os.environ[CHECKPOINT_VARIABLE]).name}"] = Path(os.environ[CHECKPOINT_VARIABLE])
+    torch.manual_seed(0)
+    models["random init"] = AlbertForPreTraining(recipe_model(recipe))
+    return models
+
+
+def fill_mask_html(guesses: list[list[tuple[str, float]]]) -> str:
+    """fill_mask's answer as a line of text (what the tests read) and, per mask, its pieces as bars."""
+    summary = " | ".join(f"[MASK] {m + 1}: " + ", ".join(f"{p} {q:.1%}" for p, q in row[:3])
+                         for m, row in enumerate(guesses))
+    out = [f'<p class="explorer-result">{len(guesses)} mask{"s" if len(guesses) > 1 else ""}: '
+           f'{html.escape(summary)}</p>']
+    for m, row in enumerate(guesses):
+        out.append(f"<p><b>[MASK] {m + 1}</b></p>")
+        for piece, q in row:
+            width = max(1, round(300 * q))
+            out.append(f'<div style="display:flex;align-items:center;gap:8px"><code style="width:110px">'
+                       f'{html.escape(piece)}</code><div style="width:{width}px;height:12px;background:'
+                       f'{COLORS["ALBERT"]}"></div><span>{q:.2%}</span></div>')
+    return "".join(out)
+
+
+def fill_mask_explorer(recipe: str = "book", text: str = "paris is the [MASK] of france."):
+    import ipywidgets as widgets
+
+    from albert_edu.downstream import fill_mask, load_checkpoint_and_tokenizer
+    from albert_edu.tokenizer import Tokenizer
+
+    models, loaded = fill_mask_models(recipe), {}
+
+    def model_and_tokenizer(name):
+        if name not in loaded:
+            model = models[name]
+            loaded[name] = load_checkpoint_and_tokenizer(model) if isinstance(model, Path) else (model, Tokenizer.load())
+        return loaded[name]
+
+    controls = dict(text=widgets.Text(value=text, description="text", continuous_update=False,
+                                      layout=widgets.Layout(width="480px")),
+                    model=widgets.Dropdown(options=list(models), description="model"),
+                    top_k=widgets.IntSlider(5, min=1, max=10, description="top k"))
+    result = widgets.HTML()
+
+    def update(_=None):
+        model, tokenizer = model_and_tokenizer(controls["model"].value)
+        result.value = shown(lambda: fill_mask_html(fill_mask(model, tokenizer, controls["text"].value,
+                                                              controls["top_k"].value)))
+
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox(list(controls.values())), result])

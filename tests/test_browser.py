@@ -139,6 +139,24 @@ def test_layer_explorer_follows_the_model_and_the_layer(browser, explorers):
     page.close()
 
 
+def test_fill_mask_explorer_follows_the_text_and_the_model(browser, explorers):
+    page, result = open_explorer(browser, f"{explorers}/fill-mask.ipynb")
+    expect(result).to_have_text(re.compile(r"^1 mask: \[MASK\] 1: "), timeout=30_000)
+    box = page.locator(".widget-text", has_text="text").locator("input")
+    box.fill("the [MASK] of [MASK] is paris.")
+    box.press("Enter")
+    expect(result).to_have_text(re.compile(r"^2 masks: \[MASK\] 1: .* \| \[MASK\] 2: "), timeout=30_000)
+    assert page.locator("code").count() == 10  # five pieces for each mask, with their bars
+    before = result.inner_text()
+    page.locator(".widget-dropdown", has_text="model").locator("select").select_option("random init")
+    expect(result).not_to_have_text(before, timeout=30_000)
+    page.screenshot(path=str(ARTEFACTS / "explorer-fill-mask.png"), full_page=True)
+    box.fill("a text without a mask")
+    box.press("Enter")
+    expect(result).to_have_text(re.compile(r"has no \[MASK\]"), timeout=30_000)
+    page.close()
+
+
 def test_the_html_book_works_from_disk(browser):
     index = build_html(load_book(), execute_chapters=False)
     page = browser.new_page(viewport={"width": 1280, "height": 900})

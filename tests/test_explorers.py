@@ -82,7 +82,8 @@ def test_token_path_and_layer_text():
 
 def test_served_notebooks_call_each_explorer(tmp_path):
     paths = write_notebooks(tmp_path)
-    assert [p.name for p in paths] == ["parameters.ipynb", "masking.ipynb", "layers.ipynb"]
+    assert [p.name for p in paths] == ["parameters.ipynb", "masking.ipynb", "layers.ipynb", "fill-mask.ipynb"]
+    assert "fill_mask_explorer()" in paths[3].read_text()
     assert "parameter_explorer()" in paths[0].read_text()
 
 
@@ -97,3 +98,27 @@ def test_layer_curves_are_drawn_with_the_chosen_layer_marked(monkeypatch):
     assert len(axes) == 2 and [list(line.get_ydata()) for line in axes[0].lines[:2]] == [curves["l2"], path["l2"]]
     assert list(axes[1].lines[2].get_xdata()) == [2, 2]  # the marker of the chosen layer
     plt.close("all")
+
+
+def test_fill_mask_html_names_each_mask_and_its_best_pieces():
+    from albert_edu.explorers import fill_mask_html
+
+    text = fill_mask_html([[("\u2581capital", 0.5), ("\u2581city", 0.25)], [("s", 0.125)]])
+    assert text.startswith('<p class="explorer-result">2 masks: [MASK] 1: \u2581capital 50.0%, \u2581city 25.0% | '
+                           '[MASK] 2: s 12.5%</p>')
+    assert text.count("<code") == 3 and "width:150px" in text  # bars scaled to the probability
+
+
+def test_fill_mask_explorer_shows_a_message_for_a_text_without_a_mask(corpus):
+    import torch
+
+    from albert_edu.config import AlbertConfig
+    from albert_edu.downstream import fill_mask
+    from albert_edu.explorers import fill_mask_html
+    from albert_edu.model import AlbertForPreTraining
+
+    torch.manual_seed(0)
+    model, tokenizer = AlbertForPreTraining(AlbertConfig.from_preset("tiny")), corpus[1]
+    assert "2 masks" in shown(lambda: fill_mask_html(fill_mask(model, tokenizer, "the [MASK] of [MASK].")))
+    text = shown(lambda: fill_mask_html(fill_mask(model, tokenizer, "no mask here")))
+    assert text.startswith('<p class="explorer-result explorer-error">') and "has no [MASK]" in text

@@ -230,6 +230,36 @@ def experiment(args) -> None:
           f"{results['minutes']} minutes for this call")
 
 
+# ---- chapter 10: fine-tuning -------------------------------------------------------------------------------
+
+def configure_finetune(p: argparse.ArgumentParser) -> None:
+    from albert_edu.downstream import FINETUNE_RECIPES
+    from albert_edu.experiments import RESULTS_DIR
+
+    p.add_argument("--recipe", default="book", choices=sorted(FINETUNE_RECIPES),
+                   help="book (the encoders of chapter 8's book runs, 3 seeds x 5 folds of sentiment and 3 seeds of "
+                        "the continuation task: about 8 minutes on 2 cores) or full (chapter 8's full-recipe "
+                        "encoders, 6 seeds x 10 folds; it trains those runs first when the cache lacks them, "
+                        "which takes hours)")
+    p.add_argument("--workers", type=int, default=2, help="models fine-tuned at once, one thread each (default 2)")
+    p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/finetune-RECIPE.json)")
+
+
+def finetune(args) -> None:
+    from albert_edu.downstream import finetune_results
+    from albert_edu.experiments import RESULTS_DIR
+
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    results = finetune_results(args.recipe, args.workers, progress=True)
+    out = args.out or RESULTS_DIR / f"finetune-{args.recipe}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(results) + "\n")
+    tmp.replace(out)
+    print(f"wrote {out}: {results['minutes']} minutes of fine-tuning")
+
+
 # ---- the toolbox: classroom, book, explorers -------------------------------------------------------------
 
 def configure_classroom(p: argparse.ArgumentParser) -> None:
@@ -314,6 +344,8 @@ COMMANDS = {
     "pretrain": ("pre-train an ALBERT (chapter 7); also runs under torchrun", configure_pretrain, pretrain),
     "experiment": ("train (or load from the cache) the runs of chapters 8 and 9 and write their results",
                    configure_experiment, experiment),
+    "finetune": ("fine-tune pre-trained encoders on sentiment and a continuation task (chapter 10)",
+                 configure_finetune, finetune),
     "classroom": ("nbgrader assignments from the chapters: build, autograde", configure_classroom, classroom),
     "book": ("the book itself: export, check, run, html", configure_book, book),
     "explore": ("serve the explorers of chapters 1, 6 and 9 with Voila on 127.0.0.1", configure_explore, explore),

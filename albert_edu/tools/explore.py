@@ -13,7 +13,8 @@ from pathlib import Path
 from albert_edu.tools.manifest import BUILD, ROOT, kernel_env, load_book
 
 EXPLORE_DIR = BUILD / "explore"
-EXPLORERS = {"parameters": "parameter_explorer", "masking": "masking_explorer", "layers": "layer_explorer"}
+EXPLORERS = {"parameters": "parameter_explorer", "masking": "masking_explorer", "layers": "layer_explorer",
+             "fill-mask": "fill_mask_explorer"}
 
 
 def write_notebooks(out_dir: Path = EXPLORE_DIR) -> list[Path]:
