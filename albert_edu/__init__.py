@@ -210,6 +210,7 @@ _ELSEWHERE = {
     'bow_sentiment': 'downstream',
     'pretrained_starts': 'downstream',
     'finetune_key': 'downstream',
+    'finetune_sentiment': 'downstream',
 }
 __all__ = list(_HOME)
 

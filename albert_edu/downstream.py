@@ -76,7 +76,14 @@ def fill_mask(model, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[li
     if not where:
         raise ValueError(f"{text!r} has no [MASK]: expected a text with at least one [MASK] to fill")
     with eval_mode(model):
-        logits = model(torch.tensor([ids])).prediction_logits[0, where]  # (masks, V)
+        out = model(torch.tensor([ids]))
+    logits = getattr(out, "prediction_logits", None)
+    if logits is None:  # transformers' AlbertForMaskedLM calls them .logits
+        logits = getattr(out, "logits", None)
+    if logits is None or logits.shape[-1] != model.config.vocab_size:
+        raise TypeError(f"{type(model).__name__} returned no per-position vocabulary logits: expected a masked-LM "
+                        f"model (this book's AlbertForPreTraining, or transformers' AlbertForMaskedLM)")
+    logits = logits[0, where]  # (masks, V)
     probabilities = logits.double().softmax(-1)
     best = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
     return [[(tokenizer.pieces([i])[0], round(p, 6)) for i, p in zip(row_ids.tolist(), row_p.tolist())]
@@ -250,8 +257,9 @@ def read_polarity(raw_dir: Path = DATA_DIR / "raw") -> tuple[list[str], list[int
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """How a pre-trained encoder is fine-tuned: AdamW (as in the paper's fine-tuning), the rate warmed up
-    linearly over the first tenth of the steps and decayed linearly to 0, gradients clipped at norm 1."""
+    """How a pre-trained encoder is fine-tuned: AdamW, the rate warmed up linearly over the first tenth of the
+    steps (lr / warmup at the first) and decayed linearly towards 0 (lr / (steps - warmup) at the last), gradients
+    clipped at norm 1."""
     epochs: int = 10
     batch_size: int = 16
     lr: float = 1e-3
@@ -358,6 +366,8 @@ def encode_sentences(tokenizer: Tokenizer, texts: list[str], max_seq_len: int) -
 
 def stratified_folds(labels: list[int], folds: int, seed: int = 0) -> list[int]:
     """Each item's fold, 0..folds-1, so that every fold holds (within one) the same number of each label."""
+    if len(set(labels)) < 2:
+        raise ValueError(f"labels hold one class ({set(labels)}): expected at least two to stratify")
     if not 2 <= folds <= min(Counter(labels).values()):
         raise ValueError(f"folds={folds}: expected 2 to {min(Counter(labels).values())} (the rarer label's count)")
     rng, fold = random.Random(seed), [0] * len(labels)
@@ -615,4 +625,45 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
     return results
 
 
-__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_choice', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results']
+def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int = 5, settings: dict | None = None,
+                       model_config: AlbertConfig | None = None, progress=print) -> dict:
+    """Fine-tune one sentiment classifier, as a user would: train on every fold but `fold`, report the loss and the
+    held-out accuracy on `fold` after each epoch, then save the model with save_pretrained (config.json and
+    model.safetensors, each written to a temporary file and renamed, as pre-training's checkpoints are), the
+    tokenizer beside it, and log.jsonl. `start` is a checkpoint directory, or None with model_config (from
+    scratch). The held-out accuracy is reported, never used to choose anything (no early stopping, no epoch picked
+    by it). Returns the last epoch's record."""
+    settings = dict(FINETUNE_RECIPES["book"]["sentiment"], **(settings or {}))
+    if not isinstance(fold, int) or not 0 <= fold < folds:
+        raise ValueError(f"fold={fold!r}: expected an integer from 0 to {folds - 1} (folds={folds})")
+    if start is not None and not (Path(start) / "config.json").is_file():
+        raise FileNotFoundError(f"{start}: expected a checkpoint directory with config.json and model.safetensors")
+    texts, labels = read_polarity()
+    config = FinetuneConfig(seed=seed, **settings)
+    tokenizer = Tokenizer.load(start) if start is not None and (Path(start) / "spiece.model").is_file() else Tokenizer.load()
+    rows = encode_sentences(tokenizer, texts, config.max_seq_len)
+    fold_of = stratified_folds(labels, folds)
+    train = [i for i in range(len(rows)) if fold_of[i] != fold]
+    test = [i for i in range(len(rows)) if fold_of[i] == fold]
+    model = classifier_from(start, 2, seed, model_config)
+    records = []
+
+    def held_out(entry: dict) -> None:  # predict_classes runs without dropout and draws no random numbers
+        answers = [p[1] > 0.5 for p in predict_classes(model, [rows[i] for i in test])]
+        entry["held_out_accuracy"] = sum(a == labels[i] for a, i in zip(answers, test)) / len(test)
+        records.append(entry)
+        progress(entry)
+
+    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits, held_out)
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    source = Path(start) if start is not None and (Path(start) / "spiece.model").is_file() else DATA_DIR / "tokenizer"
+    for name in ("spiece.model", "tokenizer_config.json"):
+        if (source / name).is_file():
+            (out_dir / name).write_bytes((source / name).read_bytes())
+    lines = [json.dumps({"start": str(start), "fold": fold, "folds": folds, **settings, "seed": seed})]
+    (out_dir / "log.jsonl").write_text("\n".join(lines + [json.dumps(r) for r in records]) + "\n")
+    return records[-1]
+
+
+__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_choice', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results', 'finetune_sentiment']

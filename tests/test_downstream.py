@@ -55,6 +55,8 @@ def test_a_transformers_base_checkpoint_loads_and_fills_masks_as_transformers_do
                                       tokenizer=transformers.AlbertTokenizer.from_pretrained(base_checkpoint))
     theirs = reference(text, top_k=5)
     assert len(ours) == len(theirs) == 2
+    direct = fill_mask(transformers.AlbertForMaskedLM.from_pretrained(base_checkpoint), tokenizer, text, top_k=5)
+    assert [[p for p, _ in row] for row in direct] == [[p for p, _ in row] for row in ours]  # transformers' model too
     for mine, their in zip(ours, theirs):
         assert [tokenizer.sp.piece_to_id(p) for p, _ in mine] == [t["token"] for t in their]
         assert np.allclose([q for _, q in mine], [t["score"] for t in their], atol=1e-5)
@@ -83,6 +85,8 @@ def test_fill_mask_refuses_bad_input(tokenizer):
         fill_mask(model, tokenizer, "a [MASK].", top_k=0)
     with pytest.raises(ValueError, match="expected at most 512"):
         fill_mask(model, tokenizer, "word " * 600 + "[MASK]")
+    with pytest.raises(TypeError, match="no per-position vocabulary logits"):
+        fill_mask(AlbertForSequenceClassification(tiny()), tokenizer, "a [MASK].")
     guesses = fill_mask(model, tokenizer, "a [MASK] and a [MASK].", top_k=3)
     assert len(guesses) == 2 and all(len(g) == 3 for g in guesses)
     assert all(a[1] >= b[1] for g in guesses for a, b in zip(g, g[1:]))  # best first
@@ -154,6 +158,8 @@ def test_polarity_sentences_and_folds():
         assert len(members) == 40 and sum(members) == 20
     with pytest.raises(ValueError, match="folds=1"):
         stratified_folds(labels, 1)
+    with pytest.raises(ValueError, match="one class"):
+        stratified_folds([1] * 10, 2)
 
 
 def test_a_bad_polarity_line_is_named(tmp_path):
@@ -217,6 +223,33 @@ def test_the_finetune_recipes_and_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "albert_edu", "finetune", "--workers", "0"], capture_output=True,
                          text=True)
     assert bad.returncode == 1 and "--workers 0: expected at least 1" in bad.stderr
+
+
+def test_the_command_fine_tunes_one_model_and_saves_it(tmp_path, tokenizer):
+    start = tmp_path / "start"
+    torch.manual_seed(0)
+    AlbertForPreTraining(tiny()).save_pretrained(start)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "albert_edu", "finetune", "--start", str(start), "--out", str(out),
+                           "--epochs", "2", "--fold", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "epoch 2: loss" in done.stdout and "held-out accuracy" in done.stdout
+    lines = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert lines[0]["fold"] == 1 and lines[0]["epochs"] == 2 and [r["epoch"] for r in lines[1:]] == [1, 2]
+    assert all(0 <= r["held_out_accuracy"] <= 1 for r in lines[1:])
+    ours = AlbertForSequenceClassification.from_pretrained(out)
+    theirs = transformers.AlbertForSequenceClassification.from_pretrained(out).eval()
+    ids = torch.tensor([tokenizer.encode_pair(tokenizer.encode("a fine film."), [])[0][:-1]])
+    with torch.no_grad():
+        assert torch.allclose(ours.eval()(ids).logits, theirs(ids).logits, atol=1e-5)
+    model, its_tokenizer = load_checkpoint_and_tokenizer(out, AlbertForSequenceClassification)
+    assert its_tokenizer.vocab_size == tokenizer.vocab_size
+    for bad, message in ((["--start", str(start), "--from-scratch"], "both given"),
+                         (["--from-scratch"], "--out is required"),
+                         (["--start", str(tmp_path / "none"), "--out", str(out)], "expected a checkpoint directory"),
+                         (["--from-scratch", "--out", str(out), "--fold", "5"], "fold=5: expected an integer from 0 to 4")):
+        failed = subprocess.run([sys.executable, "-m", "albert_edu", "finetune", *bad], capture_output=True, text=True)
+        assert failed.returncode == 1 and message in failed.stderr, (bad, failed.stderr)
 
 
 def test_the_committed_grid_holds_every_prediction():
