@@ -46,13 +46,9 @@ _HOME = {
     'figure1_curves': 'analysis',  # 09_embeddings_across_layers.ipynb
     'load_checkpoint_and_tokenizer': 'downstream',  # 10_using_the_model.ipynb
     'fill_mask': 'downstream',  # 10_using_the_model.ipynb
-    'read_similarity': 'downstream',  # 10_using_the_model.ipynb
-    'spearman': 'downstream',  # 10_using_the_model.ipynb
-    'nearest_words': 'downstream',  # 10_using_the_model.ipynb
     'FinetuneConfig': 'downstream',  # 10_using_the_model.ipynb
     'fit': 'downstream',  # 10_using_the_model.ipynb
-    'continuation_items': 'downstream',  # 10_using_the_model.ipynb
-    'finetune_results': 'downstream',  # 10_using_the_model.ipynb
+    'finetune_sentiment': 'downstream',  # 10_using_the_model.ipynb
 }
 # the other names of the chapters' modules: albert_edu.X says where they are
 _ELSEWHERE = {
@@ -180,10 +176,13 @@ _ELSEWHERE = {
     'real_checkpoint': 'downstream',
     'encode_for_model': 'downstream',
     'SIMILARITY_FILES': 'downstream',
+    'read_similarity': 'downstream',
     'word_table': 'downstream',
     'word_vectors': 'downstream',
     'ranks': 'downstream',
+    'spearman': 'downstream',
     'pair_cosines': 'downstream',
+    'nearest_words': 'downstream',
     'WORD': 'downstream',
     'cooccurrence_vectors': 'downstream',
     'bootstrap_pairs': 'downstream',
@@ -200,6 +199,7 @@ _ELSEWHERE = {
     'FINETUNE_RECIPES': 'downstream',
     'CONTENDERS': 'downstream',
     'check_finetune_recipe': 'downstream',
+    'continuation_items': 'downstream',
     'pair_row': 'downstream',
     'choice_logits': 'downstream',
     'overlap_choice': 'downstream',
@@ -210,7 +210,7 @@ _ELSEWHERE = {
     'bow_sentiment': 'downstream',
     'pretrained_starts': 'downstream',
     'finetune_key': 'downstream',
-    'finetune_sentiment': 'downstream',
+    'finetune_results': 'downstream',
 }
 __all__ = list(_HOME)
 
