@@ -174,6 +174,7 @@ _ELSEWHERE = {
     'experiment_results': 'analysis',
     'CHECKPOINT_VARIABLE': 'downstream',
     'real_checkpoint': 'downstream',
+    'checkpoint_tokenizer': 'downstream',
     'encode_for_model': 'downstream',
     'SIMILARITY_FILES': 'downstream',
     'read_similarity': 'downstream',

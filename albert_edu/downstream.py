@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from albert_edu.config import AlbertConfig
-from albert_edu.corpus import DATA_DIR
+from albert_edu.corpus import DATA_DIR, write_atomically
 from albert_edu.model import AlbertForPreTraining, AlbertForSequenceClassification
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.training import eval_mode
@@ -41,6 +41,11 @@ def real_checkpoint() -> Path | None:
     return path
 
 
+def checkpoint_tokenizer(path) -> Tokenizer:
+    """The tokenizer of a checkpoint directory: its own spiece.model when it has one, otherwise the book's."""
+    return Tokenizer.load(path) if path is not None and (Path(path) / "spiece.model").is_file() else Tokenizer.load()
+
+
 def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
     """A model of class `cls` and its tokenizer from a checkpoint directory: one of this book's runs, or a
     transformers ALBERT directory (config.json, model.safetensors, spiece.model). The directory's own
@@ -50,7 +55,7 @@ def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
         raise FileNotFoundError(f"{path} is not a directory: expected a checkpoint directory with config.json "
                                 f"and model.safetensors")
     model = cls.from_pretrained(path)
-    tokenizer = Tokenizer.load(path) if (path / "spiece.model").is_file() else Tokenizer.load()
+    tokenizer = checkpoint_tokenizer(path)
     if tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(f"{path}: the model has a vocabulary of {model.config.vocab_size} pieces but the tokenizer "
                          f"{tokenizer.vocab_size}; expected the tokenizer the model was trained with (spiece.model)")
@@ -618,10 +623,7 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
                "starts": {k: [v and Path(v).name for v in vs] for k, vs in starts.items()},
                "seeds": list(seeds), "sentiment": sentiment, "continuation": continuation,
                "minutes": round((time.time() - began) / 60, 1)}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results) + "\n")
-    tmp.replace(cache)
+    write_atomically(cache, (json.dumps(results) + "\n").encode())
     return results
 
 
@@ -640,7 +642,7 @@ def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int 
         raise FileNotFoundError(f"{start}: expected a checkpoint directory with config.json and model.safetensors")
     texts, labels = read_polarity()
     config = FinetuneConfig(seed=seed, **settings)
-    tokenizer = Tokenizer.load(start) if start is not None and (Path(start) / "spiece.model").is_file() else Tokenizer.load()
+    tokenizer = checkpoint_tokenizer(start)
     rows = encode_sentences(tokenizer, texts, config.max_seq_len)
     fold_of = stratified_folds(labels, folds)
     train = [i for i in range(len(rows)) if fold_of[i] != fold]
@@ -660,10 +662,10 @@ def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int 
     source = Path(start) if start is not None and (Path(start) / "spiece.model").is_file() else DATA_DIR / "tokenizer"
     for name in ("spiece.model", "tokenizer_config.json"):
         if (source / name).is_file():
-            (out_dir / name).write_bytes((source / name).read_bytes())
+            write_atomically(out_dir / name, (source / name).read_bytes())
     lines = [json.dumps({"start": str(start), "fold": fold, "folds": folds, **settings, "seed": seed})]
-    (out_dir / "log.jsonl").write_text("\n".join(lines + [json.dumps(r) for r in records]) + "\n")
+    write_atomically(out_dir / "log.jsonl", ("\n".join(lines + [json.dumps(r) for r in records]) + "\n").encode())
     return records[-1]
 
 
-__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_choice', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results', 'finetune_sentiment']
+__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_choice', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results', 'finetune_sentiment']

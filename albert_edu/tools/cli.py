@@ -261,6 +261,7 @@ def configure_finetune(p: argparse.ArgumentParser) -> None:
 
 
 def finetune(args) -> None:
+    from albert_edu.corpus import write_atomically
     from albert_edu.downstream import finetune_results, finetune_sentiment
     from albert_edu.experiments import RESULTS_DIR, experiment_model
 
@@ -283,10 +284,7 @@ def finetune(args) -> None:
     recipe = args.recipe or "book"
     results = finetune_results(recipe, args.workers, progress=True)
     out = args.out or RESULTS_DIR / f"finetune-{recipe}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(results) + "\n")
-    tmp.replace(out)
+    write_atomically(out, (json.dumps(results) + "\n").encode())
     print(f"wrote {out}: {results['minutes']} minutes of fine-tuning")
 
 
