@@ -6,6 +6,7 @@
 import json
 import math
 import os
+import platform
 import random
 import re
 from collections import Counter
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, write_atomically
 from albert_edu.model import AlbertForPreTraining, AlbertForSequenceClassification
+from albert_edu.pretraining_data import FUNCTION_PIECES
 from albert_edu.tokenizer import Tokenizer
 from albert_edu.training import eval_mode
 
@@ -357,11 +359,15 @@ def sentence_logits(model, rows: list[list[int]]) -> torch.Tensor:
 
 
 @torch.no_grad()
+def predict_logits(model, rows: list, logits_of=sentence_logits, batch_size: int = 64) -> list[list[float]]:
+    """The logits for each item, without dropout, in batches of `batch_size`."""
+    with eval_mode(model):
+        return [p for s in range(0, len(rows), batch_size) for p in logits_of(model, rows[s:s + batch_size]).tolist()]
+
+
 def predict_classes(model, rows: list, logits_of=sentence_logits, batch_size: int = 64) -> list[list[float]]:
     """Class probabilities for each item, without dropout."""
-    with eval_mode(model):
-        return [p for s in range(0, len(rows), batch_size)
-                for p in logits_of(model, rows[s:s + batch_size]).double().softmax(-1).tolist()]
+    return torch.tensor(predict_logits(model, rows, logits_of, batch_size), dtype=torch.float64).softmax(-1).tolist()
 
 
 def encode_sentences(tokenizer: Tokenizer, texts: list[str], max_seq_len: int) -> list[list[int]]:
@@ -370,32 +376,44 @@ def encode_sentences(tokenizer: Tokenizer, texts: list[str], max_seq_len: int) -
 
 
 def stratified_folds(labels: list[int], folds: int, seed: int = 0) -> list[int]:
-    """Each item's fold, 0..folds-1, so that every fold holds (within one) the same number of each label."""
+    """Each item's fold, 0..folds-1: every fold holds (within one) the same number of each label, and the folds'
+    sizes differ by at most one (the items are dealt round the folds label by label, each label's deal going on
+    where the last one stopped)."""
     if len(set(labels)) < 2:
         raise ValueError(f"labels hold one class ({set(labels)}): expected at least two to stratify")
     if not 2 <= folds <= min(Counter(labels).values()):
         raise ValueError(f"folds={folds}: expected 2 to {min(Counter(labels).values())} (the rarer label's count)")
-    rng, fold = random.Random(seed), [0] * len(labels)
+    rng, fold, dealt = random.Random(seed), [0] * len(labels), 0
     for label in sorted(set(labels)):
         members = [i for i, y in enumerate(labels) if y == label]
         rng.shuffle(members)
-        for j, i in enumerate(members):
-            fold[i] = j % folds
+        for i in members:
+            fold[i], dealt = dealt % folds, dealt + 1
     return fold
 
 
+def fold_indices(fold_of: list[int], fold: int) -> tuple[list[int], list[int]]:
+    """The items to train on (every fold but `fold`) and to test on (`fold`), each in order."""
+    if fold not in fold_of:
+        raise ValueError(f"fold={fold!r}: expected one of the folds {sorted(set(fold_of))}")
+    return [i for i, f in enumerate(fold_of) if f != fold], [i for i, f in enumerate(fold_of) if f == fold]
+
+
 # What chapter 10 fine-tunes, and how much. "book" fits the chapter's time (the encoders of chapter 8's book runs,
-# 200 steps of pre-training); "full" is the documented longer grid on the encoders of chapter 8's full recipe
-# (`albert-edu finetune --recipe full`; it trains those runs first if the cache lacks them: hours on 2 cores).
+# 200 steps of pre-training, one seed). "full" is the longer grid on the encoders of chapter 8's full recipe (a
+# 3,000-step MLM trunk continued 600 steps with each objective, three pre-training seeds; fine-tuning seed s starts
+# from pre-training seed s mod 3): twice the seeds, 10 folds, five times the continuation training items.
+# `albert-edu finetune --recipe full` trains those encoders first if the cache lacks them (about 1.5 hours on 2
+# cores), then runs the grid (about 1.5 hours more), saving each finished cell so that a killed command resumes.
 FINETUNE_RECIPES = {
     "book": {"pretraining": "book", "seeds": (0, 1, 2), "folds": 5,
              "sentiment": {"epochs": 10, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64},
-             "continuation": {"candidates": 4, "train_items": 400, "eval_items": 600,
+             "continuation": {"candidates": 4, "window": 5, "train_items": 400, "eval_items": 600,
                               "epochs": 2, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64}},
     "full": {"pretraining": "full", "seeds": (0, 1, 2, 3, 4, 5), "folds": 10,
              "sentiment": {"epochs": 10, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64},
-             "continuation": {"candidates": 4, "train_items": 4000, "eval_items": None,
-                              "epochs": 3, "batch_size": 16, "lr": 3e-4, "max_seq_len": 128}},
+             "continuation": {"candidates": 4, "window": 5, "train_items": 2000, "eval_items": 800,
+                              "epochs": 2, "batch_size": 16, "lr": 3e-4, "max_seq_len": 128}},
 }
 CONTENDERS = ("from scratch", "MLM only", "MLM + NSP", "MLM + SOP")  # where each fine-tuned encoder starts
 
@@ -407,16 +425,19 @@ def check_finetune_recipe(recipe: str) -> dict:
 
 
 def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, distractors: str = "other",
-                       max_seq_len: int = 64, seed: int = 0, limit: int | None = None) -> list[dict]:
+                       max_seq_len: int = 64, seed: int = 0, limit: int | None = None, window: int = 5) -> list[dict]:
     """The multi-sentence task: a passage (one sentence) and `candidates` possible next sentences, one of them the
-    true next sentence. Distractors come from other documents of the same source ("other": topic and style can
-    tell them apart) or from elsewhere in the same document ("same": only order and coherence can). Each item:
-    its document's index, the passage's ids, the candidates' ids and the index of the true one. With `limit`,
-    a random subset of that many items (in document order)."""
+    true next sentence. Distractors come from as many other documents of the same source ("other": topic and style
+    can tell them apart), or from the same document within `window` sentences of the passage, the one before it
+    included ("same": only order and coherence can). Each item: its document's index, the documents its candidates
+    come from ("sources"), the passage's ids, the candidates' ids and the index of the true one. With `limit`, a
+    random subset of that many items (in document order)."""
     if distractors not in ("other", "same"):
         raise ValueError(f"distractors={distractors!r}: expected 'other' or 'same'")
     if not isinstance(candidates, int) or candidates < 2:
         raise ValueError(f"candidates={candidates!r}: expected an integer of at least 2")
+    if not isinstance(window, int) or window < candidates:  # so that every passage has enough sentences near it
+        raise ValueError(f"window={window!r}: expected an integer of at least candidates={candidates}")
     rng, half = random.Random(seed), (max_seq_len - 3) // 2
     encoded = [[ids for ids in tokenizer.encode_batch(d.sentences) if ids] for d in documents]
     by_source = {}
@@ -424,21 +445,23 @@ def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, dis
         by_source.setdefault(d.source, []).append(index)
     items = []
     for index, sentences in enumerate(encoded):
-        if distractors == "same" and len(sentences) < candidates + 1:
-            continue
         others = [j for j in by_source[documents[index].source] if j != index and encoded[j]]
-        if distractors == "other" and not others:
+        too_few = len(sentences) < candidates + 1 if distractors == "same" else len(others) < candidates - 1
+        if too_few:
             continue
         for i in range(len(sentences) - 1):
             if distractors == "same":
-                pool = [k for k in range(len(sentences)) if k not in (i, i + 1)]
-                wrong = [sentences[k] for k in rng.sample(pool, candidates - 1)]
+                near = range(max(0, i - window), min(len(sentences), i + window + 1))
+                chosen = rng.sample([k for k in near if k not in (i, i + 1)], candidates - 1)
+                wrong, sources = [sentences[k] for k in chosen], [index] * (candidates - 1)
             else:
-                wrong = [rng.choice(encoded[j]) for j in rng.choices(others, k=candidates - 1)]
-            options = [sentences[i + 1]] + wrong
+                sources = rng.sample(others, candidates - 1)
+                wrong = [rng.choice(encoded[j]) for j in sources]
+            options, origins = [sentences[i + 1]] + wrong, [index] + sources
             answer = rng.randrange(candidates)
             options[0], options[answer] = options[answer], options[0]
-            items.append({"document": index, "passage": sentences[i][-half:],
+            origins[0], origins[answer] = origins[answer], origins[0]
+            items.append({"document": index, "sources": origins, "passage": sentences[i][-half:],
                           "options": [o[:half] for o in options], "answer": answer})
     if limit is not None and limit < len(items):
         keep = sorted(rng.sample(range(len(items)), limit))
@@ -458,72 +481,100 @@ def choice_logits(model, items: list[dict]) -> torch.Tensor:
     return model(**pad(rows)).logits.view(len(items), -1)
 
 
-def overlap_choice(items: list[dict]) -> list[int]:
-    """The lexical baseline: the candidate that shares the most distinct pieces with the passage (the first of
-    equals)."""
-    answers = []
-    for item in items:
-        passage = set(item["passage"])
-        shared = [len(passage & set(option)) for option in item["options"]]
-        answers.append(shared.index(max(shared)))
-    return answers
+def overlap_scores(items: list[dict]) -> list[list[int]]:
+    """The lexical baseline, no training: for each candidate, how many distinct content pieces (ids from
+    FUNCTION_PIECES up, as chapter 6's overlap counts them: no punctuation, no commonest words) it shares with the
+    passage. The highest count is the rule's answer; a tie among the highest is a guess among them."""
+    return [[len({t for t in item["passage"] if t >= FUNCTION_PIECES} & set(option)) for option in item["options"]]
+            for item in items]
+
+
+def sentiment_fold(start, seed: int, fold: int, folds: int, settings: dict, model_config: AlbertConfig | None = None,
+                   on_epoch=None) -> tuple:
+    """Fine-tune one sentiment classifier from `start` (a checkpoint directory, or None with model_config: from
+    scratch) on every fold but `fold`. `on_epoch(model, rows, labels, test, record)`, when given, is called after
+    each epoch (it must not train or draw random numbers). Returns the model, the encoded sentences, the labels and
+    the training and test items."""
+    if not isinstance(fold, int) or not 0 <= fold < folds:
+        raise ValueError(f"fold={fold!r}: expected an integer from 0 to {folds - 1} (folds={folds})")
+    texts, labels = read_polarity()
+    config = FinetuneConfig(seed=seed, **settings)
+    rows = encode_sentences(checkpoint_tokenizer(start), texts, config.max_seq_len)
+    train, test = fold_indices(stratified_folds(labels, folds), fold)
+    model = classifier_from(start, 2, seed, model_config)
+    report = None if on_epoch is None else (lambda record: on_epoch(model, rows, labels, test, record))
+    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits, report)
+    return model, rows, labels, train, test
 
 
 def sentiment_unit(start, model_config: AlbertConfig, seed: int, fold: int, folds: int, settings: dict) -> dict:
-    """One cell of the sentiment grid: fine-tune on every fold but `fold`; P(positive) for the items of `fold` (in
-    file order), and the accuracy on the training folds (has the model fitted what it saw?)."""
-    from albert_edu.tokenizer import Tokenizer as _Tokenizer
-
-    texts, labels = read_polarity()
-    config = FinetuneConfig(seed=seed, **settings)
-    rows = encode_sentences(_Tokenizer.load(), texts, config.max_seq_len)
-    fold_of = stratified_folds(labels, folds)
-    train = [i for i in range(len(rows)) if fold_of[i] != fold]
-    test = [i for i in range(len(rows)) if fold_of[i] == fold]
-    model = classifier_from(start, 2, seed, model_config)
-    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits)
+    """One cell of the sentiment grid: P(positive) for the items of `fold` (in file order) from a classifier
+    fine-tuned on the other folds, and its accuracy on those training folds (has it fitted what it saw?)."""
+    model, rows, labels, train, test = sentiment_fold(start, seed, fold, folds, settings, model_config)
     fitted = predict_classes(model, [rows[i] for i in train])
     return {"test": [p[1] for p in predict_classes(model, [rows[i] for i in test])],
             "train_accuracy": sum((p[1] > 0.5) == labels[i] for p, i in zip(fitted, train)) / len(train)}
+
+
+_CONTINUATION_DATA = {}  # one worker runs many cells on the same items: build them once per process
 
 
 def continuation_data(settings: dict, distractors: str) -> tuple[list[dict], list[dict]]:
     """The continuation task's training items (from the training documents) and evaluation items (held out)."""
     from albert_edu.corpus import load_documents
 
-    tokenizer = Tokenizer.load()
-    common = dict(candidates=settings["candidates"], distractors=distractors, max_seq_len=settings["max_seq_len"])
-    train = continuation_items(load_documents("train"), tokenizer, seed=1, limit=settings["train_items"], **common)
-    test = continuation_items(load_documents("validation"), tokenizer, seed=2, limit=settings["eval_items"], **common)
-    return train, test
+    key = json.dumps([settings, distractors], sort_keys=True)
+    if key not in _CONTINUATION_DATA:
+        tokenizer = Tokenizer.load()
+        common = dict(candidates=settings["candidates"], distractors=distractors, max_seq_len=settings["max_seq_len"],
+                      window=settings["window"])
+        _CONTINUATION_DATA[key] = (
+            continuation_items(load_documents("train"), tokenizer, seed=1, limit=settings["train_items"], **common),
+            continuation_items(load_documents("validation"), tokenizer, seed=2, limit=settings["eval_items"], **common))
+    return _CONTINUATION_DATA[key]
 
 
 def continuation_unit(start, model_config: AlbertConfig, seed: int, distractors: str, settings: dict) -> list[list[float]]:
     """One cell of the continuation grid: fine-tune a one-output scorer on the training items, return each held-out
-    item's probabilities over its candidates."""
+    item's logits over its candidates."""
     train, test = continuation_data(settings, distractors)
     config = FinetuneConfig(seed=seed, **{k: settings[k] for k in ("epochs", "batch_size", "lr", "max_seq_len")})
     model = classifier_from(start, 1, seed, model_config)
     fit(model, train, [item["answer"] for item in train], config, choice_logits)
-    return predict_classes(model, test, choice_logits, batch_size=16)
+    return predict_logits(model, test, choice_logits, batch_size=16)
 
 
-def _unit(job: tuple) -> object:
-    """What a worker process of run_units runs, on one thread."""
+def _unit(job: tuple) -> dict:
+    """What a worker process of run_units runs, on one thread: the job's output and how long it took."""
+    import time
+
     torch.set_num_threads(1)
-    kind, kwargs = job
-    return {"sentiment": sentiment_unit, "continuation": continuation_unit}[kind](**kwargs)
+    began, (kind, kwargs) = time.perf_counter(), job
+    output = {"sentiment": sentiment_unit, "continuation": continuation_unit}[kind](**kwargs)
+    return {"output": output, "seconds": round(time.perf_counter() - began, 2)}
 
 
-def run_units(jobs: list[tuple], workers: int = 2, progress: bool = False) -> list:
+def run_units(jobs: list[tuple], workers: int = 2, progress: bool = False, keep: Path | None = None) -> list[dict]:
     """Every job in fresh processes, `workers` at a time, each on one thread (so the answers do not depend on
-    how many cores the machine has); results in the order of `jobs`."""
+    how many cores the machine has); each job's {"output", "seconds"}, in the order of `jobs`. With `keep`, a
+    directory, each finished job is saved there as it ends, and jobs found there are not run again: a killed grid
+    resumes where it stopped."""
+    from concurrent.futures import as_completed
+
     from tqdm.auto import tqdm
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        return list(tqdm(pool.map(_unit, jobs), total=len(jobs), desc="fine-tuning", disable=not progress))
-
-
+    saved = {} if keep is None else {i: Path(keep) / f"{i}.json" for i in range(len(jobs))}
+    done = {i: json.loads(path.read_text()) for i, path in saved.items() if path.is_file()}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool, \
+            tqdm(total=len(jobs), initial=len(done), desc="fine-tuning", disable=not progress) as bar:
+        running = {pool.submit(_unit, job): i for i, job in enumerate(jobs) if i not in done}
+        for future in as_completed(running):
+            i = running[future]
+            done[i] = future.result()
+            if keep is not None:
+                write_atomically(saved[i], json.dumps(done[i]).encode())
+            bar.update()
+    return [done[i] for i in range(len(jobs))]
 def bow_sentiment(texts: list[str], labels: list[int], folds: int) -> list[float]:
     """The bag-of-words baseline on the same folds: logistic regression (scikit-learn, L2, C = 1) on which words a
     sentence contains; P(positive) for every sentence, each from the model that did not see its fold."""
@@ -532,8 +583,7 @@ def bow_sentiment(texts: list[str], labels: list[int], folds: int) -> list[float
 
     fold_of, out = stratified_folds(labels, folds), [0.0] * len(texts)
     for fold in range(folds):
-        train = [i for i in range(len(texts)) if fold_of[i] != fold]
-        test = [i for i in range(len(texts)) if fold_of[i] == fold]
+        train, test = fold_indices(fold_of, fold)
         words = CountVectorizer(binary=True, token_pattern=r"[a-z]+(?:'[a-z]+)?")
         x = words.fit_transform([texts[i] for i in train])
         classifier = LogisticRegression(C=1.0, max_iter=2000).fit(x, [labels[i] for i in train])
@@ -573,18 +623,23 @@ def finetune_key(recipe: str, starts: dict) -> str:
 def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | None = None,
                      progress: bool = False) -> dict:
     """The fine-tuning grid of `recipe`: every contender x seed x fold on sentiment, every contender x seed on
-    the continuation task with both kinds of distractors; per-item predictions of each, the baselines', the
-    labels and what the items are. Cached in the run cache by finetune_key (a re-run reads it back)."""
+    the continuation task with both kinds of distractors; per-item predictions of each (P(positive) for sentiment,
+    the candidates' logits for continuation, to 6 decimals), the baselines', the labels and what the items are.
+    Cached in the run cache by finetune_key (a re-run reads it back); each finished cell is kept until the grid is
+    complete, so a killed run resumes."""
+    import shutil
     import time
 
     from albert_edu.experiments import RUNS_DIR, recipe_model
 
     settings = check_finetune_recipe(recipe)
     starts = pretrained_starts(recipe, workers)
-    cache = Path(runs_dir or RUNS_DIR) / f"finetune-{recipe}-{finetune_key(recipe, starts)}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
-    began = time.time()
+    runs_dir = Path(runs_dir or RUNS_DIR)
+    name = f"finetune-{recipe}-{finetune_key(recipe, starts)}"
+    if (runs_dir / f"{name}.json").is_file():
+        return json.loads((runs_dir / f"{name}.json").read_text())
+    began, keep = time.time(), runs_dir / f".{name}.partial"
+    keep.mkdir(parents=True, exist_ok=True)
     model_config = recipe_model(settings["pretraining"])
     seeds, folds = settings["seeds"], settings["folds"]
 
@@ -596,10 +651,12 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
     jobs += [("continuation", dict(start=start_of(c, s), model_config=model_config, seed=s, distractors=d,
                                    settings=settings["continuation"]))
              for d in ("other", "same") for c in CONTENDERS for s in seeds]
-    outputs = iter(run_units(jobs, workers, progress))
+    units = run_units(jobs, workers, progress, keep)
+    seconds = {kind: [u["seconds"] for (k, _), u in zip(jobs, units) if k == kind] for kind in ("sentiment", "continuation")}
+    outputs = iter(u["output"] for u in units)
     texts, labels = read_polarity()
     fold_of = stratified_folds(labels, folds)
-    sentiment = {"labels": labels, "folds": fold_of, "bag of words": [round(p, 4) for p in bow_sentiment(texts, labels, folds)]}
+    sentiment = {"labels": labels, "folds": fold_of, "bag of words": [round(p, 6) for p in bow_sentiment(texts, labels, folds)]}
     sentiment["train accuracy"] = {}
     for c in CONTENDERS:
         sentiment[c], sentiment["train accuracy"][c] = [], []
@@ -607,23 +664,28 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
             p, fitted = [0.0] * len(texts), []
             for f in range(folds):
                 unit = next(outputs)
-                for i, q in zip([i for i in range(len(texts)) if fold_of[i] == f], unit["test"]):
-                    p[i] = round(q, 4)
-                fitted.append(round(unit["train_accuracy"], 4))
+                for i, q in zip(fold_indices(fold_of, f)[1], unit["test"]):
+                    p[i] = round(q, 6)
+                fitted.append(round(unit["train_accuracy"], 6))
             sentiment[c].append(p)
             sentiment["train accuracy"][c].append(fitted)
     continuation = {}
     for d in ("other", "same"):
         _, test = continuation_data(settings["continuation"], d)
-        continuation[d] = {"documents": [t["document"] for t in test], "answers": [t["answer"] for t in test],
-                           "overlap": overlap_choice(test)}
+        continuation[d] = {"documents": [t["document"] for t in test], "sources": [t["sources"] for t in test],
+                           "answers": [t["answer"] for t in test], "overlap": overlap_scores(test)}
         for c in CONTENDERS:
-            continuation[d][c] = [[[round(q, 4) for q in p] for p in next(outputs)] for _ in seeds]
+            continuation[d][c] = [[[round(q, 6) for q in logits] for logits in next(outputs)] for _ in seeds]
     results = {"recipe": recipe, "command": f"albert-edu finetune --recipe {recipe}",
+               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
                "starts": {k: [v and Path(v).name for v in vs] for k, vs in starts.items()},
                "seeds": list(seeds), "sentiment": sentiment, "continuation": continuation,
+               "cell_seconds": {kind: {"cells": len(s), "median": float(np.median(s)), "total": round(sum(s), 1)}
+                                for kind, s in seconds.items()},
+               "cell_minutes": round(sum(sum(s) for s in seconds.values()) / 60, 1),
                "minutes": round((time.time() - began) / 60, 1)}
-    write_atomically(cache, (json.dumps(results) + "\n").encode())
+    write_atomically(runs_dir / f"{name}.json", (json.dumps(results) + "\n").encode())
+    shutil.rmtree(keep)
     return results
 
 
@@ -636,27 +698,17 @@ def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int 
     scratch). The held-out accuracy is reported, never used to choose anything (no early stopping, no epoch picked
     by it). Returns the last epoch's record."""
     settings = dict(FINETUNE_RECIPES["book"]["sentiment"], **(settings or {}))
-    if not isinstance(fold, int) or not 0 <= fold < folds:
-        raise ValueError(f"fold={fold!r}: expected an integer from 0 to {folds - 1} (folds={folds})")
     if start is not None and not (Path(start) / "config.json").is_file():
         raise FileNotFoundError(f"{start}: expected a checkpoint directory with config.json and model.safetensors")
-    texts, labels = read_polarity()
-    config = FinetuneConfig(seed=seed, **settings)
-    tokenizer = checkpoint_tokenizer(start)
-    rows = encode_sentences(tokenizer, texts, config.max_seq_len)
-    fold_of = stratified_folds(labels, folds)
-    train = [i for i in range(len(rows)) if fold_of[i] != fold]
-    test = [i for i in range(len(rows)) if fold_of[i] == fold]
-    model = classifier_from(start, 2, seed, model_config)
     records = []
 
-    def held_out(entry: dict) -> None:  # predict_classes runs without dropout and draws no random numbers
+    def held_out(model, rows, labels, test, entry: dict) -> None:  # predict_classes: no dropout, no random numbers
         answers = [p[1] > 0.5 for p in predict_classes(model, [rows[i] for i in test])]
         entry["held_out_accuracy"] = sum(a == labels[i] for a, i in zip(answers, test)) / len(test)
         records.append(entry)
         progress(entry)
 
-    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits, held_out)
+    model = sentiment_fold(start, seed, fold, folds, settings, model_config, held_out)[0]
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir)
     source = Path(start) if start is not None and (Path(start) / "spiece.model").is_file() else DATA_DIR / "tokenizer"
@@ -668,4 +720,4 @@ def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int 
     return records[-1]
 
 
-__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_choice', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results', 'finetune_sentiment']
+__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores', 'sentiment_fold', 'sentiment_unit', 'continuation_data', 'continuation_unit', 'run_units', 'bow_sentiment', 'pretrained_starts', 'finetune_key', 'finetune_results', 'finetune_sentiment']

@@ -310,7 +310,7 @@ RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len"
            "pilot": {"steps": 2500, "seeds": (0, 1), "evaluations": 6, "max_seq_len": 64, "trunk_steps": 0,
                      "pairs": "reference", "save_every": 0},
            "full": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
-                    "pairs": "reference", "save_every": 0},
+                    "pairs": "reference", "save_every": 100},
            "neutral": {"steps": 600, "seeds": (0, 1, 2), "evaluations": 4, "max_seq_len": 128, "trunk_steps": 3000,
                        "pairs": "neutral", "save_every": 100},
            # For a GPU (README, "On a GPU"): twice as wide and deep (H = 256, L = 12), batches of 128, trunks of
@@ -431,27 +431,31 @@ def bits(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(), dtype=np.uint8) - ord("0")
 
 
-def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0, second: list[int] | None = None) -> np.ndarray:
+def bootstrap_weights(documents: list[int], draws: int = 2000, seed: int = 0, second: list | None = None) -> np.ndarray:
     """A per-document bootstrap as weights, one row per draw and one column per pair (or per document, given
     one entry per document): row 0 is the data itself (every weight 1); every other row draws as many
     documents as there are, with replacement, and weighs each pair by how often its document was drawn.
     The same seed draws the same documents whatever the pairs, so models scored alike are resampled alike, and
     two tasks alike as long as their pairs come from the same set of documents. Given each pair's `second`
     document too (B's), a pair weighs the product of its two documents' counts, or one count when both are the
-    same document: a two-way bootstrap, for pairs that depend on two documents."""
+    same document: a two-way bootstrap, for pairs that depend on two documents. An entry of `second` may also be
+    a list of documents (chapter 10's items, whose candidates come from several): the pair then weighs the product
+    of the counts of all its distinct documents."""
     if draws < 1:
         raise ValueError(f"draws={draws}: expected at least 1")
     first = np.asarray(documents)
     if second is not None and len(second) != len(first):
         raise ValueError(f"{len(second)} second documents for {len(first)} pairs: expected one per pair")
-    ids, index = np.unique(np.concatenate([first, [] if second is None else np.asarray(second)]).astype(first.dtype),
+    others = [[] if s is None else [s] if np.ndim(s) == 0 else list(s)
+              for s in ([None] * len(first) if second is None else second)]
+    ids, index = np.unique(np.concatenate([first, [d for ds in others for d in ds]]).astype(first.dtype),
                            return_inverse=True)
     counts = np.random.default_rng(seed).multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=draws)
     counts = np.vstack([np.ones((1, len(ids))), counts])
-    weights = counts[:, index[:len(first)]]
-    if second is not None:
-        other = counts[:, index[len(first):]]
-        weights = np.where(np.asarray(second) == first, weights, weights * other)
+    weights, column = counts[:, index[:len(first)]], dict(zip(ids.tolist(), range(len(ids))))
+    for j, (own, extra) in enumerate(zip(first.tolist(), others)):
+        for document in set(extra) - {own}:
+            weights[:, j] *= counts[:, column[document]]
     return weights
 
 

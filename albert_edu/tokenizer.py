@@ -3,6 +3,7 @@
 
 """ALBERT's SentencePiece tokenizer: training it on our corpus and using it (chapter 2)."""
 
+import io
 import json
 import re
 import string
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from albert_edu.corpus import DATA_DIR, load_documents
+from albert_edu.corpus import DATA_DIR, load_documents, write_atomically
 
 SPECIAL_TOKENS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 # A special token typed in a text ("the [MASK] of france") is that token, as in transformers: exact case only.
@@ -46,7 +47,7 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     Deterministic: one thread, no sampling of the input. Skipped when the model exists for the same data."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size}: expected more than the {len(SPECIAL_TOKENS)} special tokens")
-    stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__, "options": TRAINER_OPTIONS,
+    stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__, "options": TRAINER_OPTIONS, "model_prefix": "",
              "train": (data_dir / "prepared" / "stats.json").read_text()}
     stamp_path = out_dir / "training.json"
     if (out_dir / "spiece.model").exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
@@ -76,8 +77,13 @@ TRAINER_OPTIONS = dict(model_type="unigram", character_coverage=0.99995, require
 
 
 def _train(out_dir: Path, vocab_size: int, sentences: list[str]) -> None:
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=str(out_dir / "spiece"),
-                                   vocab_size=vocab_size, minloglevel=2, **TRAINER_OPTIONS)
+    """SentencePiece stores its model_prefix inside the model; given a path, the file would record where it was
+    made, and the same pieces would give different bytes (and run keys, chapter 8) in another checkout. So the
+    model is written through model_writer, and the stored prefix is empty (train_tokenizer's stamp says so)."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
+                                   minloglevel=2, **TRAINER_OPTIONS)
+    write_atomically(out_dir / "spiece.model", model.getvalue())
 
 
 class Tokenizer:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -18,10 +19,12 @@ from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, Document
 from albert_edu.downstream import (CHECKPOINT_VARIABLE, FINETUNE_RECIPES, FinetuneConfig, choice_logits,
                                    classifier_from, continuation_items, cooccurrence_vectors, encode_sentences,
-                                   fill_mask, fit, load_checkpoint_and_tokenizer, nearest_words, overlap_choice,
-                                   predict_classes, ranks, read_polarity, read_similarity, real_checkpoint,
-                                   self_similarity, sentence_logits, spearman, stratified_folds, word_vectors)
+                                   fill_mask, fit, fold_indices, load_checkpoint_and_tokenizer, nearest_words,
+                                   overlap_scores, predict_classes, ranks, read_polarity, read_similarity,
+                                   real_checkpoint, run_units, self_similarity, sentence_logits, spearman,
+                                   stratified_folds, word_vectors)
 from albert_edu.model import AlbertForPreTraining, AlbertForSequenceClassification
+from albert_edu.pretraining_data import FUNCTION_PIECES
 
 
 def tiny(vocab_size: int = 8000) -> AlbertConfig:
@@ -158,6 +161,13 @@ def test_polarity_sentences_and_folds():
         assert len(members) == 40 and sum(members) == 20
     with pytest.raises(ValueError, match="folds=1"):
         stratified_folds(labels, 1)
+    odd = [0] * 7 + [1] * 7  # each label 7 = 3 + 2 + 2: dealt from fold 0 both times, fold 0 would get 6 of 14
+    sizes = Counter(stratified_folds(odd, 3))
+    assert max(sizes.values()) - min(sizes.values()) <= 1
+    train, test = fold_indices(folds, 2)
+    assert sorted(train + test) == list(range(200)) and all(folds[i] == 2 for i in test) and len(test) == 40
+    with pytest.raises(ValueError, match="fold=5"):
+        fold_indices(folds, 5)
     with pytest.raises(ValueError, match="one class"):
         stratified_folds([1] * 10, 2)
 
@@ -188,11 +198,11 @@ def test_fine_tuning_learns_a_separable_toy_task(tokenizer):
 
 
 def test_continuation_items_hold_the_true_next_sentence(tokenizer):
-    documents = [Document(f"d{k}", f"d{k}", "news", [f"sentence {k} number {i} here." for i in range(6)])
-                 for k in range(3)]
+    documents = [Document(f"d{k}", f"d{k}", "news", [f"sentence {k} number {i} here." for i in range(9)])
+                 for k in range(4)]
     for kind in ("other", "same"):
-        items = continuation_items(documents, tokenizer, distractors=kind, seed=0)
-        assert len(items) == 3 * 5
+        items = continuation_items(documents, tokenizer, distractors=kind, seed=0, window=4)
+        assert len(items) == 4 * 8
         for item in items:
             text = tokenizer.decode(item["passage"])
             k, i = int(text.split()[1]), int(text.split()[3])
@@ -200,20 +210,39 @@ def test_continuation_items_hold_the_true_next_sentence(tokenizer):
             assert true == f"sentence {k} number {i + 1} here."
             others = [tokenizer.decode(o) for j, o in enumerate(item["options"]) if j != item["answer"]]
             assert all((o.split()[1] == str(k)) == (kind == "same") for o in others)
-        assert {item["answer"] for item in items} <= {0, 1, 2, 3}
+            assert [int(tokenizer.decode(o).split()[1]) for o in item["options"]] == item["sources"]
+            assert item["sources"][item["answer"]] == item["document"] == k
+            if kind == "other":  # three distractors from three different documents
+                assert len(set(item["sources"])) == 4
+            else:  # from within 4 sentences of the passage, the one before it included; never repeated
+                assert len(set(others)) == 3 and all(abs(int(o.split()[3]) - i) <= 4 for o in others)
+        assert {item["answer"] for item in items} == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="window=3"):
+        continuation_items(documents, tokenizer, window=3)
+    assert continuation_items(documents[:3], tokenizer, distractors="other") == []  # too few other documents
     with pytest.raises(ValueError, match="distractors='both'"):
         continuation_items(documents, tokenizer, distractors="both")
 
 
 def test_choice_logits_score_each_item_alone_as_in_a_batch(tokenizer):
-    documents = [Document(f"d{k}", f"d{k}", "news", [f"line {k} {i}." for i in range(5)]) for k in range(2)]
+    documents = [Document(f"d{k}", f"d{k}", "news", [f"line {k} {i}." for i in range(5)]) for k in range(4)]
     items = continuation_items(documents, tokenizer, seed=0)[:3]
     model = classifier_from(None, 1, seed=0, model_config=tiny()).eval()
     with torch.no_grad():
         batched = choice_logits(model, items)
         alone = torch.cat([choice_logits(model, [item]) for item in items])
     assert batched.shape == (3, 4) and torch.allclose(batched, alone, atol=1e-5)
-    assert overlap_choice([{"passage": [5, 6, 7], "options": [[1], [5, 6], [7], [5]]}]) == [1]
+    # content pieces only (ids from FUNCTION_PIECES up): the commonest pieces and punctuation do not count
+    passage = [5, 6, FUNCTION_PIECES, FUNCTION_PIECES + 1]
+    assert overlap_scores([{"passage": passage, "options": [[FUNCTION_PIECES], [5, 6], [FUNCTION_PIECES + 1,
+                                                                                          FUNCTION_PIECES], [7]]}]) == [[1, 0, 2, 0]]
+
+
+def test_a_grid_resumes_from_its_kept_cells(tmp_path):
+    jobs = [("sentiment", {"no such argument": k}) for k in range(2)]  # would fail if run
+    for k in range(2):
+        (tmp_path / f"{k}.json").write_text(json.dumps({"output": [k], "seconds": 1.0}))
+    assert run_units(jobs, workers=1, keep=tmp_path) == [{"output": [0], "seconds": 1.0}, {"output": [1], "seconds": 1.0}]
 
 
 def test_the_finetune_recipes_and_command(tmp_path):

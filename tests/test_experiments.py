@@ -345,6 +345,11 @@ def test_the_two_way_bootstrap_weighs_a_pair_by_both_of_its_documents():
     assert (experiments.bootstrap_weights(first, draws=50, second=first) == experiments.bootstrap_weights(first, draws=50)).all()
     with pytest.raises(ValueError, match="3 second documents for 4 pairs"):
         experiments.bootstrap_weights(first, second=second[:3])
+    # an item whose candidates come from several documents (chapter 10) weighs the product over all of them
+    several = experiments.bootstrap_weights(first, draws=500, seed=1, second=[[5, 9], [9, 7, 9], [9], [7, 5, 9]])
+    assert (several[:, 0] == weights[:, 1]).all() and (several[:, 2] == per_document[:, 2]).all()
+    assert (several[:, 1] == per_document[:, 0] * per_document[:, 1] * per_document[:, 2]).all()
+    assert (several[:, 3] == several[:, 1]).all()
 
 
 def test_the_replay_finds_every_scored_pairs_documents():

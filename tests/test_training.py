@@ -208,6 +208,14 @@ def test_resuming_a_finished_run_rewrites_its_final_weights(tmp_path):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_saving_checkpoints_changes_no_weight(tmp_path):
+    """save_every only says when a checkpoint is written (chapter 8 compares recipes without it)."""
+    pretrain(TINY, TrainingConfig(**SMALL), tmp_path / "none", progress=False)
+    pretrain(TINY, TrainingConfig(**SMALL, save_every=2), tmp_path / "every2", progress=False)
+    a, b = _weights(tmp_path / "none"), _weights(tmp_path / "every2")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
 def test_a_stopped_run_resumes_to_the_uninterrupted_weights_with_either_optimizer(optimizer, tmp_path):
     config = TrainingConfig(**SMALL, optimizer=optimizer, lr=1e-3 if optimizer == "adamw" else 1e-2, save_every=2)

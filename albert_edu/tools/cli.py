@@ -253,8 +253,9 @@ def configure_finetune(p: argparse.ArgumentParser) -> None:
     grid.add_argument("--recipe", choices=sorted(FINETUNE_RECIPES),
                       help="book (default; the encoders of chapter 8's book runs, 3 seeds x 5 folds of sentiment and "
                            "3 seeds of the continuation task: about 10 minutes on 2 cores) or full (chapter 8's "
-                           "full-recipe encoders, 6 seeds x 10 folds; it trains those runs first when the cache "
-                           "lacks them, which takes hours)")
+                           "full-recipe encoders, 6 seeds x 10 folds of sentiment and 6 seeds of the continuation "
+                           "task on 2,000 training items; it trains those encoders first when the cache lacks them). "
+                           "Each finished fine-tuning is kept, so a killed grid resumes where it stopped")
     grid.add_argument("--workers", type=int, default=2, help="models fine-tuned at once, one thread each (default 2)")
     p.add_argument("--out", type=Path, help=f"one model: the directory to save it in (required); the grid: the "
                                             f"results file (default: {RESULTS_DIR}/finetune-RECIPE.json)")
