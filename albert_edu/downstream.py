@@ -408,11 +408,11 @@ def fold_indices(fold_of: list[int], fold: int) -> tuple[list[int], list[int]]:
 FINETUNE_RECIPES = {
     "book": {"pretraining": "book", "seeds": (0, 1, 2), "folds": 5,
              "sentiment": {"epochs": 10, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64},
-             "continuation": {"candidates": 4, "window": 5, "train_items": 400, "eval_items": 600,
+             "continuation": {"candidates": 4, "window": 5, "per_document": 15, "train_items": 400, "eval_items": 600,
                               "epochs": 2, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64}},
     "full": {"pretraining": "full", "seeds": (0, 1, 2, 3, 4, 5), "folds": 10,
              "sentiment": {"epochs": 10, "batch_size": 16, "lr": 3e-4, "max_seq_len": 64},
-             "continuation": {"candidates": 4, "window": 5, "train_items": 2000, "eval_items": 800,
+             "continuation": {"candidates": 4, "window": 5, "per_document": 15, "train_items": 2000, "eval_items": 800,
                               "epochs": 2, "batch_size": 16, "lr": 3e-4, "max_seq_len": 128}},
 }
 CONTENDERS = ("from scratch", "MLM only", "MLM + NSP", "MLM + SOP")  # where each fine-tuned encoder starts
@@ -425,13 +425,16 @@ def check_finetune_recipe(recipe: str) -> dict:
 
 
 def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, distractors: str = "other",
-                       max_seq_len: int = 64, seed: int = 0, limit: int | None = None, window: int = 5) -> list[dict]:
+                       max_seq_len: int = 64, seed: int = 0, limit: int | None = None, window: int = 5,
+                       per_document: int | None = None) -> list[dict]:
     """The multi-sentence task: a passage (one sentence) and `candidates` possible next sentences, one of them the
     true next sentence. Distractors come from as many other documents of the same source ("other": topic and style
     can tell them apart), or from the same document within `window` sentences of the passage, the one before it
     included ("same": only order and coherence can). Each item: its document's index, the documents its candidates
-    come from ("sources"), the passage's ids, the candidates' ids and the index of the true one. With `limit`, a
-    random subset of that many items (in document order)."""
+    come from ("sources"), the passage's ids (its last pieces, when it is long), the candidates' ids (their first
+    pieces) and the index of the true one. An item whose candidates are not all different is left out. With
+    `per_document`, at most that many items of each document (chosen at random: long articles would otherwise
+    supply most items); with `limit`, a random subset of that many items. Items stay in document order."""
     if distractors not in ("other", "same"):
         raise ValueError(f"distractors={distractors!r}: expected 'other' or 'same'")
     if not isinstance(candidates, int) or candidates < 2:
@@ -445,6 +448,7 @@ def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, dis
         by_source.setdefault(d.source, []).append(index)
     items = []
     for index, sentences in enumerate(encoded):
+        found = []
         others = [j for j in by_source[documents[index].source] if j != index and encoded[j]]
         too_few = len(sentences) < candidates + 1 if distractors == "same" else len(others) < candidates - 1
         if too_few:
@@ -461,8 +465,13 @@ def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, dis
             answer = rng.randrange(candidates)
             options[0], options[answer] = options[answer], options[0]
             origins[0], origins[answer] = origins[answer], origins[0]
-            items.append({"document": index, "sources": origins, "passage": sentences[i][-half:],
-                          "options": [o[:half] for o in options], "answer": answer})
+            options = [o[:half] for o in options]
+            if len({tuple(o) for o in options}) == candidates:
+                found.append({"document": index, "sources": origins, "passage": sentences[i][-half:],
+                              "options": options, "answer": answer})
+        if per_document is not None and len(found) > per_document:
+            found = [found[k] for k in sorted(rng.sample(range(len(found)), per_document))]
+        items += found
     if limit is not None and limit < len(items):
         keep = sorted(rng.sample(range(len(items)), limit))
         items = [items[k] for k in keep]
@@ -527,7 +536,7 @@ def continuation_data(settings: dict, distractors: str) -> tuple[list[dict], lis
     if key not in _CONTINUATION_DATA:
         tokenizer = Tokenizer.load()
         common = dict(candidates=settings["candidates"], distractors=distractors, max_seq_len=settings["max_seq_len"],
-                      window=settings["window"])
+                      window=settings["window"], per_document=settings["per_document"])
         _CONTINUATION_DATA[key] = (
             continuation_items(load_documents("train"), tokenizer, seed=1, limit=settings["train_items"], **common),
             continuation_items(load_documents("validation"), tokenizer, seed=2, limit=settings["eval_items"], **common))
@@ -609,22 +618,35 @@ def pretrained_starts(recipe: str, workers: int = 2) -> dict[str, list]:
 
 def finetune_key(recipe: str, starts: dict) -> str:
     """A fingerprint of what decides the grid's results: its settings, the pre-trained runs it starts from (their
-    directory names carry their keys), the fine-tuning code and the data."""
+    directory names carry their keys), the source of this module and of every module it imports (the model and
+    the tokenizer among them, found as chapter 8's code_files finds them), and the data: the labelled sentences,
+    both splits and the tokenizer."""
     import hashlib
+
+    from albert_edu.experiments import code_files
 
     digest = hashlib.sha256(json.dumps({"recipe": FINETUNE_RECIPES[recipe],
                                         "starts": {k: [v and Path(v).name for v in vs] for k, vs in starts.items()}},
                                        sort_keys=True).encode())
-    for path in (Path(__file__), DATA_DIR / "raw" / POLARITY_FILE, DATA_DIR / "prepared" / "validation.jsonl"):
-        digest.update(path.read_bytes())
+    package = Path(__file__).parent
+    for path in [package / name for name in code_files("downstream")] + [
+            DATA_DIR / "raw" / POLARITY_FILE, DATA_DIR / "prepared" / "train.jsonl",
+            DATA_DIR / "prepared" / "validation.jsonl", DATA_DIR / "tokenizer" / "spiece.model"]:
+        digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _stored(value: float) -> float:
+    """A prediction as the results file keeps it: 9 significant digits, more than a float32 holds, so that two
+    logits that differ are stored different (ties in the file are ties of the model)."""
+    return float(f"{value:.9g}")
 
 
 def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | None = None,
                      progress: bool = False) -> dict:
     """The fine-tuning grid of `recipe`: every contender x seed x fold on sentiment, every contender x seed on
     the continuation task with both kinds of distractors; per-item predictions of each (P(positive) for sentiment,
-    the candidates' logits for continuation, to 6 decimals), the baselines', the labels and what the items are.
+    the candidates' logits for continuation), the baselines', the labels and what the items are.
     Cached in the run cache by finetune_key (a re-run reads it back); each finished cell is kept until the grid is
     complete, so a killed run resumes."""
     import shutil
@@ -656,7 +678,7 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
     outputs = iter(u["output"] for u in units)
     texts, labels = read_polarity()
     fold_of = stratified_folds(labels, folds)
-    sentiment = {"labels": labels, "folds": fold_of, "bag of words": [round(p, 6) for p in bow_sentiment(texts, labels, folds)]}
+    sentiment = {"labels": labels, "folds": fold_of, "bag of words": [_stored(p) for p in bow_sentiment(texts, labels, folds)]}
     sentiment["train accuracy"] = {}
     for c in CONTENDERS:
         sentiment[c], sentiment["train accuracy"][c] = [], []
@@ -665,7 +687,7 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
             for f in range(folds):
                 unit = next(outputs)
                 for i, q in zip(fold_indices(fold_of, f)[1], unit["test"]):
-                    p[i] = round(q, 6)
+                    p[i] = _stored(q)
                 fitted.append(round(unit["train_accuracy"], 6))
             sentiment[c].append(p)
             sentiment["train accuracy"][c].append(fitted)
@@ -675,7 +697,7 @@ def finetune_results(recipe: str = "book", workers: int = 2, runs_dir: Path | No
         continuation[d] = {"documents": [t["document"] for t in test], "sources": [t["sources"] for t in test],
                            "answers": [t["answer"] for t in test], "overlap": overlap_scores(test)}
         for c in CONTENDERS:
-            continuation[d][c] = [[[round(q, 6) for q in logits] for logits in next(outputs)] for _ in seeds]
+            continuation[d][c] = [[[_stored(q) for q in logits] for logits in next(outputs)] for _ in seeds]
     results = {"recipe": recipe, "command": f"albert-edu finetune --recipe {recipe}",
                "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
                "starts": {k: [v and Path(v).name for v in vs] for k, vs in starts.items()},

@@ -220,6 +220,10 @@ def test_continuation_items_hold_the_true_next_sentence(tokenizer):
     with pytest.raises(ValueError, match="window=3"):
         continuation_items(documents, tokenizer, window=3)
     assert continuation_items(documents[:3], tokenizer, distractors="other") == []  # too few other documents
+    capped = continuation_items(documents, tokenizer, distractors="same", seed=0, window=4, per_document=3)
+    assert len(capped) == 4 * 3 and all(n == 3 for n in Counter(item["document"] for item in capped).values())
+    repeated = [Document("r", "r", "news", ["the same line."] * 6)]  # candidates that are all one text: no item
+    assert continuation_items(repeated, tokenizer, distractors="same", seed=0, window=4) == []
     with pytest.raises(ValueError, match="distractors='both'"):
         continuation_items(documents, tokenizer, distractors="both")
 
