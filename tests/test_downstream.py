@@ -285,13 +285,13 @@ def test_the_command_fine_tunes_one_model_and_saves_it(tmp_path, tokenizer):
         assert failed.returncode == 1 and message in failed.stderr, (bad, failed.stderr)
 
 
-@pytest.mark.parametrize("name", ["book", "full"])
-def test_the_committed_grid_holds_every_prediction(name):
+@pytest.mark.parametrize("recipe_name", ["book", "full"])
+def test_the_committed_grid_holds_every_prediction(recipe_name):
     from albert_edu.experiments import run_dir, table5_runs
 
-    grid = json.loads((DATA_DIR / "results" / f"finetune-{name}.json").read_text())
-    recipe = FINETUNE_RECIPES[name]
-    assert grid["command"] == f"albert-edu finetune --recipe {name}" and grid["seeds"] == list(recipe["seeds"])
+    grid = json.loads((DATA_DIR / "results" / f"finetune-{recipe_name}.json").read_text())
+    recipe = FINETUNE_RECIPES[recipe_name]
+    assert grid["command"] == f"albert-edu finetune --recipe {recipe_name}" and grid["seeds"] == list(recipe["seeds"])
     runs = {run.name: run_dir(run).name for run in table5_runs(recipe["pretraining"])}  # chapter 8's, keys included
     for contender, objective in (("MLM only", "none"), ("MLM + NSP", "nsp"), ("MLM + SOP", "sop")):
         assert set(grid["starts"][contender]) == {v for k, v in runs.items() if k.startswith(f"{objective}-")}
