@@ -289,6 +289,39 @@ def finetune(args) -> None:
     print(f"wrote {out}: {results['minutes']} minutes of fine-tuning")
 
 
+# ---- chapter 11: the ablations -------------------------------------------------------------------------------
+
+def configure_ablations(p: argparse.ArgumentParser) -> None:
+    from albert_edu.ablations import ABLATION_RECIPES
+    from albert_edu.experiments import RESULTS_DIR
+
+    p.add_argument("--recipe", default="book", choices=sorted(ABLATION_RECIPES),
+                   help="book (default; one seed, three embedding sizes, 120 steps: about 3 minutes on 2 cores) or "
+                        "full (36 runs, 3 seeds of every cell of Tables 3, 4 and 6 and section 4.8, 1,400 steps each: "
+                        "about 2 hours on 2 cores; a killed command resumes where it stopped)")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
+    p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/ablations-RECIPE.json)")
+    _data_dir_option(p)
+
+
+def ablations(args) -> None:
+    from albert_edu.ablations import ablation_results
+    from albert_edu.corpus import write_atomically
+    from albert_edu.experiments import RESULTS_DIR
+
+    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
+        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
+                           f"`{PROG} train-tokenizer` first")
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    results = ablation_results(args.recipe, args.runs_dir or args.data_dir / "runs", args.data_dir, args.workers)
+    out = args.out or RESULTS_DIR / f"ablations-{args.recipe}.json"
+    write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
+    print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
+          f"{results['minutes']} minutes for this call")
+
+
 # ---- the toolbox: classroom, book, explorers -------------------------------------------------------------
 
 def configure_classroom(p: argparse.ArgumentParser) -> None:
@@ -375,6 +408,8 @@ COMMANDS = {
                    configure_experiment, experiment),
     "finetune": ("fine-tune pre-trained encoders on sentiment and a continuation task (chapter 10)",
                  configure_finetune, finetune),
+    "ablations": ("train (or load from the cache) chapter 11's grid of ablations and write its results",
+                  configure_ablations, ablations),
     "classroom": ("nbgrader assignments from the chapters: build, autograde", configure_classroom, classroom),
     "book": ("the book itself: export, check, run, html", configure_book, book),
     "explore": ("serve the explorers of chapters 1, 6 and 9 with Voila on 127.0.0.1", configure_explore, explore),

@@ -1,0 +1,172 @@
+"""Chapter 11's library (albert_edu.ablations): the grid's recipes, the operation count behind Table 2, the
+comparisons that read the grid, and unrolling a shared model to other depths."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, WIDE_STEP_COST, ablation_model, ablation_runs,
+                                  ablation_training, cell_documents, cell_scores, check_ablation_recipe, compare,
+                                  depth_scores, forward_flops, plan, read_plan, unique_runs)
+from albert_edu.config import AlbertConfig
+from albert_edu.experiments import RESULTS_DIR, run_dir, run_key
+from albert_edu.model import AlbertForPreTraining
+
+
+def test_the_grid_varies_one_thing_per_table_and_trains_a_shared_run_once():
+    grid = ablation_runs("full")
+    runs = unique_runs(grid)
+    assert len(runs) == len({r.name for r in runs}) == 36
+    assert len({run_key(r) for r in runs}) == 36  # no two cells are the same run under two names
+    assert grid["table4"]["all"] is grid["table3"][f"all E={STRATEGY_E}"] is grid["dropout"]["off"]
+    assert grid["table6"]["BERT-style"] is grid["table3"]["none E=128"]
+    for table, cells in grid.items():
+        for cell, cell_runs in cells.items():
+            assert [r.training.seed for r in cell_runs] == [0, 1, 2], (table, cell)
+            # everything but the model is the same in every cell, bar the wide model's steps (equal time)
+            trainings = {json.dumps({**r.training.__dict__, "seed": 0, "steps": 0, "warmup_steps": 0, "eval_every": 0})
+                         for r in cell_runs}
+            assert len(trainings) == 1
+    wide = grid["table6"]["ALBERT-style wide"][0]
+    assert wide.training.steps == round(ABLATION_RECIPES["full"]["steps"] / WIDE_STEP_COST)
+    assert wide.model.hidden_size == 256 and wide.model.sharing == "all"
+    on = grid["dropout"]["on"][0].model
+    assert on.hidden_dropout_prob == on.attention_probs_dropout_prob == 0.1
+    assert grid["dropout"]["off"][0].model.hidden_dropout_prob == 0.0
+
+
+def test_unknown_recipes_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"recipe='huge': expected one of \['book', 'full'\]"):
+        check_ablation_recipe("huge")
+    with pytest.raises(ValueError, match="recipe='huge'"):
+        ablation_training("huge", 0)
+
+
+@pytest.mark.parametrize("sharing", ["all", "none"])
+@pytest.mark.parametrize("embedding_size", [16, 128])
+def test_forward_flops_match_what_torch_counts(sharing, embedding_size):
+    config = AlbertConfig.from_preset("tiny", hidden_size=128, num_attention_heads=2, intermediate_size=512,
+                                      embedding_size=embedding_size, sharing=sharing)
+    length, masked = 80, 12  # 12 of 80 positions: exactly 15%
+    model = AlbertForPreTraining(config).eval()
+    ids = torch.randint(5, config.vocab_size, (1, length))
+    labels = torch.full_like(ids, -100)
+    labels[0, :masked] = ids[0, :masked]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids, labels=labels)
+    counted = counter.get_total_flops()
+    # torch's counter does not count the CPU's fused attention kernel: the position-to-position products,
+    # 2 * 2 * T * T * H per layer (their growth with T is tested below)
+    ours = forward_flops(config, length)["total"] - config.num_hidden_layers * 4 * length ** 2 * config.hidden_size
+    pooler = 2 * config.hidden_size ** 2 + 2 * 2 * config.hidden_size  # the pooler and pair head: left out
+    assert counted - pooler == pytest.approx(ours, rel=1e-9)
+
+
+def test_sharing_changes_no_operations_and_the_attention_term_grows_with_the_square_of_the_length():
+    c = AlbertConfig.from_preset("albert-large")
+    assert forward_flops(c, 128) == forward_flops(AlbertConfig.from_preset("albert-large", sharing="none"), 128)
+    a = [forward_flops(c, t)["attention"] for t in (256, 512, 768)]
+    # equal steps in T: the linear term's second difference is 0, the quadratic's 2 * 2 * H * 2 * 256^2 per layer
+    assert (a[2] - a[1]) - (a[1] - a[0]) == c.num_hidden_layers * 4 * c.hidden_size * 2 * 256 ** 2
+
+
+def fake_results(losses: dict, documents=tuple(range(8)), count=(10, 20, 30, 40, 10, 20, 30, 40)) -> dict:
+    """A results file of the shape ablation_results writes, with given per-document loss sums per run."""
+    runs, cells = {}, {}
+    for (table, cell), per_seed in losses.items():
+        names = []
+        for seed, loss in enumerate(per_seed):
+            name = f"{table}-{cell}-s{seed}"
+            runs[name] = {"predictions": {"mlm_by_document": {"documents": list(documents), "count": list(count),
+                                                                "loss": list(loss), "right": [1] * len(documents)}},
+                          "scores": {"sop_balanced": 0.5}}
+            names.append(name)
+        cells.setdefault(table, {})[cell] = names
+    return {"recipe": "full", "cells": cells, "runs": runs}
+
+
+def test_compare_is_paired_and_reads_the_paper_direction_as_positive():
+    base = [[10.0, 20, 30, 40] * 2, [11, 21, 31, 41] * 2, [9, 19, 29, 39] * 2]
+    worse = [[x + 2 * c for x, c in zip(row, (10, 20, 30, 40) * 2)] for row in base]  # 2 nats more per piece
+    r = fake_results({("t", "a"): worse, ("t", "b"): base})
+    out = compare(r, {("t", "a"): 1}, {("t", "b"): 1}, draws=200)
+    assert out["difference"] == pytest.approx(2.0)
+    assert out["interval"][0] == pytest.approx(2.0) and out["interval"][1] == pytest.approx(2.0)  # paired: no noise
+    assert out["ordered"] and out["p"] < 0.05
+    back = compare(r, {("t", "b"): 1}, {("t", "a"): 1}, draws=200)
+    assert back["difference"] == pytest.approx(-2.0) and not back["ordered"]
+    same = compare(r, {("t", "a"): 1}, {("t", "a"): 1}, draws=200)
+    assert same["difference"] == 0 and same["p"] == 1.0 and not same["ordered"]
+
+
+def test_a_side_may_average_cells():
+    r = fake_results({("t", "a"): [[10.0, 20, 30, 40] * 2] * 3, ("t", "b"): [[30.0, 60, 90, 120] * 2] * 3,
+                      ("t", "c"): [[20.0, 40, 60, 80] * 2] * 3})
+    out = compare(r, {("t", "c"): 1}, {("t", "a"): 0.5, ("t", "b"): 0.5}, draws=50)
+    assert out["difference"] == pytest.approx(0.0)
+
+
+def test_cells_scored_on_different_pieces_are_refused():
+    r = fake_results({("t", "a"): [[1.0, 2, 3, 4] * 2] * 2})
+    r["runs"]["t-a-s1"]["predictions"]["mlm_by_document"]["count"] = [1, 2, 3, 5] * 2
+    with pytest.raises(ValueError, match="different held-out pieces"):
+        cell_documents(r, r["cells"]["t"]["a"])
+
+
+def test_the_plan_tests_seven_findings_and_judges_none_with_one_seed():
+    full = plan("full")
+    assert len(full) == 7
+    middle = full["all shared: middle E beats E = 16"][1]
+    assert middle == {("table3", "all E=32"): 0.5, ("table3", "all E=64"): 0.5}
+    assert plan("book")["all shared: middle E beats E = 128"][1] == {("table3", "all E=64"): 1.0}
+
+
+def test_depth_scores_refuse_a_model_that_does_not_share_all_its_layers(tmp_path):
+    config = ablation_model(16, "ffn")
+    with pytest.warns(UserWarning, match="cannot be expressed in transformers' layout"):
+        AlbertForPreTraining(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="sharing='ffn'"):
+        depth_scores(tmp_path, (2,))
+
+
+def test_depth_scores_at_the_trained_depth_are_the_models_own_scores(tmp_path):
+    torch.manual_seed(0)
+    config = ablation_model(16, "all")
+    AlbertForPreTraining(config).save_pretrained(tmp_path)
+    out = depth_scores(tmp_path, (1, 6))
+    from albert_edu.ablations import ABLATION_LENGTH
+    from albert_edu.experiments import held_out_examples
+    from albert_edu.training import predict
+
+    seen = predict(AlbertForPreTraining.from_pretrained(tmp_path), held_out_examples(max_seq_len=ABLATION_LENGTH, passes=1,
+                                                                                     pairs="neutral")["sop"])
+    assert out["6"]["mlm_loss"] == pytest.approx(seen["mlm_loss_sum"] / seen["mlm_total"], rel=1e-9)
+    assert sum(out["6"]["right"]) == seen["mlm_right"] and sum(out["count"]) == seen["mlm_total"]
+    assert out["1"]["mlm_loss"] != out["6"]["mlm_loss"]
+
+
+def test_the_command_refuses_bad_workers_and_missing_data(tmp_path):
+    for args, message in ((["--workers", "0"], "--workers 0: expected at least 1"),
+                          (["--data-dir", str(tmp_path)], "no tokenizer in")):
+        result = subprocess.run([sys.executable, "-m", "albert_edu", "ablations", *args], capture_output=True, text=True)
+        assert result.returncode == 1 and message in result.stderr
+
+
+@pytest.mark.skipif(not (RESULTS_DIR / "ablations-full.json").exists(), reason="the full grid's results are not committed")
+def test_the_committed_full_grid_is_the_current_recipe_with_three_seeds_and_every_document():
+    results = json.loads((RESULTS_DIR / "ablations-full.json").read_text())
+    grid = ablation_runs("full")
+    assert results["cells"] == {t: {c: [r.name for r in rs] for c, rs in cs.items()} for t, cs in grid.items()}
+    for run in unique_runs(grid):
+        summary = results["runs"][run.name]
+        assert summary["key"] == run_key(run) and summary["training"]["steps"] == run.training.steps
+    for table, cells in results["cells"].items():
+        for cell in cells:
+            s = cell_scores(results, table, cell, draws=100)
+            assert len(s["seed_losses"]) == 3 and s["loss_interval"][0] <= s["loss"] <= s["loss_interval"][1]
+    assert set(read_plan(results, draws=100)) == set(plan("full"))
