@@ -233,6 +233,7 @@ _ELSEWHERE = {
     'training_step': 'ablations',
     'cell_documents': 'ablations',
     'side_losses': 'ablations',
+    'welch': 'ablations',
     'compare': 'ablations',
     'cell_scores': 'ablations',
     'plan': 'ablations',

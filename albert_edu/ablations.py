@@ -2,8 +2,9 @@
 # Edit the chapter and re-export; changes made here are lost.
 
 """The paper's ablations at laptop scale (chapter 11): embedding size (Table 3), sharing strategy (Table 4),
-equal wall-clock (Table 6), dropout and depth (Section 4.8), and throughput (Table 2)."""
+equal wall-clock (Table 6), dropout (Section 4.8), depth (exploratory) and throughput (Table 2)."""
 
+import math
 import os
 import platform
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import t as student_t
 
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR
@@ -35,7 +37,7 @@ DROPOUT = 0.1  # BERT's dropout, on hidden states and attention probabilities, f
 # Table 6's ALBERT-style model: twice as wide as the experiment model and all-shared (the xxlarge idea scaled
 # down: xxlarge is 4 times as wide as BERT-large and half as deep; this one keeps the depth). Its step costs
 # WIDE_STEP_COST times a BERT-style step (measured on 2 cores, one thread per run as train_all runs them, batches
-# of 32 x 64, medians of interleaved steps; section 11.5 measures it again), so it gets that many times fewer steps.
+# of 32 x 64, medians of interleaved steps; section 11.6 measures it again), so it gets that many times fewer steps.
 WIDE = {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}
 WIDE_STEP_COST = 3.1
 
@@ -102,7 +104,8 @@ def unique_runs(grid: dict) -> list[Run]:
 def depth_scores(path: Path, depths: tuple[int, ...], data_dir: Path = DATA_DIR, passes: int = 1) -> dict:
     """A trained all-shared model's held-out MLM loss and accuracy when its one layer is applied `depth` times,
     for each depth (its trained depth among them): the same weights, unrolled more or fewer times. With per
-    document sums, as score's, for intervals."""
+    document sums, as score's, for intervals. It reads `passes` passes of the held-out examples (score reads four),
+    so at the trained depth it gives a loss close to the run's own, not equal to it."""
     model = AlbertForPreTraining.from_pretrained(path)
     if model.config.sharing != "all" or model.config.num_hidden_groups != 1:
         raise ValueError(f"{path} has sharing={model.config.sharing!r} in {model.config.num_hidden_groups} group(s): "
@@ -175,7 +178,7 @@ def training_step(config: AlbertConfig, batch: int, length: int, seed: int = 0):
     order = torch.randint(0, 2, (batch,), generator=generator)
 
     def step():
-        model.zero_grad(set_to_none=False)
+        model.zero_grad(set_to_none=True)  # fresh gradients every step, as chapter 7's training loop
         model(input_ids=ids, labels=labels, sentence_order_label=order).loss.backward()
 
     return step, model
@@ -205,21 +208,43 @@ def side_losses(results: dict, side: dict, weights: np.ndarray) -> tuple[np.ndar
     return rows, seeds
 
 
+def welch(a, b, level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """Welch's t-test of mean(a) - mean(b) for two small samples of unequal variance (here: per-seed losses):
+    the two-sided p-value and the `level` interval of the difference. Seeds are the unit: this is the test that
+    covers training's randomness, which resampling documents does not."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"{len(a)} and {len(b)} values: expected at least 2 a side (seeds) for a t-test")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    difference, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
+    if se == 0:
+        return (1.0 if difference == 0 else 0.0), (difference, difference)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(student_t.ppf(0.5 + level / 2, df)) * se
+    return float(2 * student_t.sf(abs(difference) / se, df)), (difference - half, difference + half)
+
+
 def compare(results: dict, worse: dict, better: dict, draws: int = 2000) -> dict:
-    """How much higher `worse`'s held-out MLM loss is than `better`'s (sides as side_losses takes them): the
-    difference, its 95% interval over resampled documents (the same draws for both sides: a paired interval),
-    the clustered test's two-sided p-value (chapter 8's, with d_k the summed loss of one side minus the other's
-    in document k), the per-seed differences, and whether every seed of `worse` scores above every seed of
-    `better`."""
-    table, cell = next(iter(worse))
-    documents = cell_documents(results, results["cells"][table][cell])["documents"]
+    """How much higher `worse`'s held-out MLM loss is than `better`'s (sides as side_losses takes them), judged
+    against both sources of chance. Documents: the difference's 95% interval over resampled documents (the same
+    draws for both sides: a paired interval) and the clustered test's p-value (chapter 8's, with d_k the summed
+    loss of one side minus the other's in document k). Seeds: Welch's t-test and interval on the per-seed losses,
+    and whether every seed of `worse` scores above every seed of `better`. `p` is the larger p-value: a
+    difference must stand out from both."""
+    cells = [(t, c) for side in (worse, better) for t, c in side]
+    found = [cell_documents(results, results["cells"][t][c]) for t, c in cells]
+    if any(f["documents"] != found[0]["documents"] or not np.array_equal(f["count"], found[0]["count"]) for f in found):
+        raise ValueError(f"cells {cells} were scored on different held-out pieces: expected one scoring for a grid")
+    documents = found[0]["documents"]
     weights = bootstrap_weights(documents, draws)
     a, a_seeds = side_losses(results, worse, weights)
     b, b_seeds = side_losses(results, better, weights)
     sums = [sum(coefficient * cell_documents(results, results["cells"][t][c])["loss"].mean(0)
                 for (t, c), coefficient in side.items()) for side in (worse, better)]
-    _, p = clustered_mcnemar(sums[0], sums[1], documents)
-    return {"difference": float(a[0] - b[0]), "interval": interval(a - b), "p": p,
+    _, p_documents = clustered_mcnemar(sums[0], sums[1], documents)
+    p_seeds, seed_interval = welch(a_seeds, b_seeds) if min(len(a_seeds), len(b_seeds)) > 1 else (1.0, (np.nan, np.nan))
+    return {"difference": float(a[0] - b[0]), "interval": interval(a - b), "p_documents": p_documents,
+            "seed_interval": seed_interval, "p_seeds": p_seeds, "p": max(p_documents, p_seeds),
             "seeds": (a_seeds - b_seeds).round(4).tolist(), "ordered": bool(a_seeds.min() > b_seeds.max())}
 
 
@@ -256,8 +281,9 @@ def plan(recipe: str = "full") -> dict[str, tuple[dict, dict]]:
 
 
 def read_plan(results: dict, draws: int = 2000) -> dict[str, dict]:
-    """compare for every planned comparison, with Holm's adjustment over all of them; a finding is reproduced when
-    its difference points the paper's way, its adjusted p is below 0.05 and every seed is ordered (with at least 3 seeds; otherwise None: not judged)."""
+    """compare for every planned comparison, with Holm's adjustment of their p (the larger of the documents' and
+    the seeds' p-values) over all of them; a finding is reproduced when its difference points the paper's way, its
+    adjusted p is below 0.05 and every seed is ordered (with at least 3 seeds a side; otherwise None: not judged)."""
     out = {name: compare(results, worse, better, draws) for name, (worse, better) in plan(results["recipe"]).items()}
     adjusted = holm({name: r["p"] for name, r in out.items()})
     enough = len(check_ablation_recipe(results["recipe"])["seeds"]) >= 3
@@ -268,4 +294,4 @@ def read_plan(results: dict, draws: int = 2000) -> dict[str, dict]:
     return out
 
 
-__all__ = ['ABLATION_RECIPES', 'ABLATION_LENGTH', 'STRATEGY_E', 'DROPOUT', 'WIDE', 'WIDE_STEP_COST', 'check_ablation_recipe', 'ablation_training', 'ablation_model', 'ablation_runs', 'unique_runs', 'depth_scores', 'DEPTHS', 'ablation_results', 'forward_flops', 'training_step', 'cell_documents', 'side_losses', 'compare', 'cell_scores', 'plan', 'read_plan']
+__all__ = ['ABLATION_RECIPES', 'ABLATION_LENGTH', 'STRATEGY_E', 'DROPOUT', 'WIDE', 'WIDE_STEP_COST', 'check_ablation_recipe', 'ablation_training', 'ablation_model', 'ablation_runs', 'unique_runs', 'depth_scores', 'DEPTHS', 'ablation_results', 'forward_flops', 'training_step', 'cell_documents', 'side_losses', 'welch', 'compare', 'cell_scores', 'plan', 'read_plan']

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, WIDE_STEP_COST, ablation_model, ablation_runs,
                                   ablation_training, cell_documents, cell_scores, check_ablation_recipe, compare,
-                                  depth_scores, forward_flops, plan, read_plan, unique_runs)
+                                  depth_scores, forward_flops, plan, read_plan, unique_runs, welch)
 from albert_edu.config import AlbertConfig
 from albert_edu.experiments import RESULTS_DIR, run_dir, run_key
 from albert_edu.model import AlbertForPreTraining
@@ -104,6 +104,27 @@ def test_compare_is_paired_and_reads_the_paper_direction_as_positive():
     assert same["difference"] == 0 and same["p"] == 1.0 and not same["ordered"]
 
 
+def test_welch_agrees_with_scipy_and_refuses_single_values():
+    from scipy.stats import ttest_ind
+
+    a, b = [6.58, 6.61, 6.58], [6.45, 6.44, 6.45]
+    p, (low, high) = welch(a, b)
+    assert p == pytest.approx(ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+    assert low < np.mean(a) - np.mean(b) < high
+    assert welch([1.0, 1.0], [1.0, 1.0]) == (1.0, (0.0, 0.0)) and welch([2.0, 2.0], [1.0, 1.0])[0] == 0.0
+    with pytest.raises(ValueError, match="expected at least 2 a side"):
+        welch([1.0], [1.0, 2.0])
+
+
+def test_the_seeds_decide_when_documents_cannot_tell_noise_from_a_difference():
+    # the same small gap on every document, but seeds that disagree: the documents' p is tiny, the seeds' is not
+    base = [[10.0, 20, 30, 40] * 2] * 3
+    noisy = [[x * f for x in base[0]] for f in (1.05, 0.97, 1.01)]
+    r = fake_results({("t", "a"): noisy, ("t", "b"): base})
+    out = compare(r, {("t", "a"): 1}, {("t", "b"): 1}, draws=100)
+    assert out["p_documents"] < 0.05 and out["p_seeds"] > 0.05 and out["p"] == out["p_seeds"] and not out["ordered"]
+
+
 def test_a_side_may_average_cells():
     r = fake_results({("t", "a"): [[10.0, 20, 30, 40] * 2] * 3, ("t", "b"): [[30.0, 60, 90, 120] * 2] * 3,
                       ("t", "c"): [[20.0, 40, 60, 80] * 2] * 3})
@@ -116,6 +137,11 @@ def test_cells_scored_on_different_pieces_are_refused():
     r["runs"]["t-a-s1"]["predictions"]["mlm_by_document"]["count"] = [1, 2, 3, 5] * 2
     with pytest.raises(ValueError, match="different held-out pieces"):
         cell_documents(r, r["cells"]["t"]["a"])
+    two = fake_results({("t", "a"): [[1.0, 2, 3, 4] * 2] * 2, ("t", "b"): [[1.0, 2, 3, 4] * 2] * 2})
+    for name in two["cells"]["t"]["b"]:
+        two["runs"][name]["predictions"]["mlm_by_document"]["count"] = [1, 2, 3, 5] * 2
+    with pytest.raises(ValueError, match="different held-out pieces"):
+        compare(two, {("t", "a"): 1}, {("t", "b"): 1}, draws=10)
 
 
 def test_the_plan_tests_seven_findings_and_judges_none_with_one_seed():
