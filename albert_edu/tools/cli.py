@@ -185,6 +185,23 @@ def pretrain(args) -> None:
 
 # ---- chapters 8 and 9: the experiments ----------------------------------------------------------------------
 
+def _grid_options(p: argparse.ArgumentParser, default_out: str) -> None:
+    """The options of every command that trains a grid of runs into the cache and writes one results file."""
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
+    p.add_argument("--out", type=Path, help=f"results file (default: {default_out})")
+
+
+def _check_grid(args) -> Path:
+    """Refuse a grid command that cannot train (no tokenizer, no workers); the run cache it will use."""
+    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
+        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
+                           f"`{PROG} train-tokenizer` first")
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    return args.runs_dir or args.data_dir / "runs"
+
+
 def configure_experiment(p: argparse.ArgumentParser) -> None:
     from albert_edu.experiments import RECIPES, RESULTS_DIR
 
@@ -195,9 +212,7 @@ def configure_experiment(p: argparse.ArgumentParser) -> None:
                         "lengths carry no label; about as long, and it resumes where a killed command stopped), "
                         "gpu (full with a larger model, more steps and five seeds, for a GPU) "
                         "or sweep (the learning-rate sweep behind the full recipe)")
-    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
-    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
-    p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/RECIPE.json)")
+    _grid_options(p, f"{RESULTS_DIR}/RECIPE.json")
     _device_option(p)
     _data_dir_option(p)
 
@@ -206,12 +221,7 @@ def experiment(args) -> None:
     from albert_edu.analysis import experiment_results
     from albert_edu.experiments import RESULTS_DIR, sweep_results
 
-    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
-        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
-                           f"`{PROG} train-tokenizer` first")
-    if args.workers < 1:
-        raise CommandError(f"--workers {args.workers}: expected at least 1")
-    runs_dir = args.runs_dir or args.data_dir / "runs"
+    runs_dir = _check_grid(args)
     device = _device(args.device)
     if args.recipe == "gpu" and device == "cpu":
         raise CommandError("--recipe gpu is sized for a GPU (a model twice as wide and deep; two trunks of 12,000 "
@@ -299,9 +309,7 @@ def configure_ablations(p: argparse.ArgumentParser) -> None:
                    help="book (default; one seed, three embedding sizes, 120 steps: about 3 minutes on 2 cores) or "
                         "full (36 runs, 3 seeds of every cell of Tables 3, 4 and 6 and section 4.8, 1,400 steps each: "
                         "about 2 hours on 2 cores; a killed command resumes where it stopped)")
-    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
-    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs, i.e. --data-dir's runs/)")
-    p.add_argument("--out", type=Path, help=f"results file (default: {RESULTS_DIR}/ablations-RECIPE.json)")
+    _grid_options(p, f"{RESULTS_DIR}/ablations-RECIPE.json")
     _data_dir_option(p)
 
 
@@ -310,12 +318,7 @@ def ablations(args) -> None:
     from albert_edu.corpus import write_atomically
     from albert_edu.experiments import RESULTS_DIR
 
-    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
-        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and "
-                           f"`{PROG} train-tokenizer` first")
-    if args.workers < 1:
-        raise CommandError(f"--workers {args.workers}: expected at least 1")
-    results = ablation_results(args.recipe, args.runs_dir or args.data_dir / "runs", args.data_dir, args.workers)
+    results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
     out = args.out or RESULTS_DIR / f"ablations-{args.recipe}.json"
     write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
     print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
