@@ -5,8 +5,6 @@
 equal wall-clock (Table 6), dropout (Section 4.8), depth (exploratory) and throughput (Table 2)."""
 
 import math
-import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +16,7 @@ from scipy.stats import t as student_t
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR
 from albert_edu.experiments import (RUNS_DIR, Run, bootstrap_weights, clustered_mcnemar, experiment_model, holm,
-                                    held_out_examples, interval, run_summary, train_all)
+                                    held_out_examples, interval, provenance, run_summary, train_all)
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.training import TrainingConfig, predict
 
@@ -142,10 +140,8 @@ def ablation_results(recipe: str = "book", runs_dir: Path = RUNS_DIR, data_dir: 
     paths = dict(zip([r.name for r in runs], train_all(runs, runs_dir, data_dir, workers)))
     summaries = {name: run_summary(path) for name, path in paths.items()}
     depth = {run.name: depth_scores(paths[run.name], depths, data_dir) for run in grid["table4"]["all"]}
-    return {"recipe": recipe, "command": f"albert-edu ablations --recipe {recipe}",
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "workers": workers,
-            "training_minutes": round(sum(s["seconds"] for s in summaries.values()) / 60, 1),
-            "minutes": round((time.perf_counter() - started) / 60, 1),
+    return {**provenance(recipe, workers, list(summaries.values()), started),
+            "command": f"albert-edu ablations --recipe {recipe}",
             "cells": {table: {cell: [r.name for r in rs] for cell, rs in cells.items()} for table, cells in grid.items()},
             "runs": summaries, "depths": depth}
 
@@ -196,16 +192,18 @@ def cell_documents(results: dict, runs: list[str]) -> dict:
             "loss": np.array([b["loss"] for b in by]), "right": np.array([b["right"] for b in by], dtype=float)}
 
 
-def side_losses(results: dict, side: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A side of a comparison, {(table, cell): coefficient, ...}: its held-out MLM loss per bootstrap row
-    (documents resampled by `weights`), the coefficients applied to the cells' losses averaged over seeds; and
-    its loss per seed (the runs of each seed combined alike)."""
-    rows, seeds = 0.0, 0.0
-    for (table, cell), coefficient in side.items():
-        d = cell_documents(results, results["cells"][table][cell])
+def side_losses(found: dict, side: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A side of a comparison, {(table, cell): coefficient, ...}, its cells' documents in `found` (cell_documents
+    of each): its held-out MLM loss per bootstrap row (documents resampled by `weights`), the coefficients applied
+    to the cells' losses averaged over seeds; its loss per seed (the runs of each seed combined alike); and its
+    summed loss per document, averaged over seeds, for the clustered test."""
+    rows, seeds, documents = 0.0, 0.0, 0.0
+    for cell, coefficient in side.items():
+        d = found[cell]
         rows = rows + coefficient * (weights @ d["loss"].mean(0)) / (weights @ d["count"])
         seeds = seeds + coefficient * d["loss"].sum(1) / d["count"].sum()
-    return rows, seeds
+        documents = documents + coefficient * d["loss"].mean(0)
+    return rows, seeds, documents
 
 
 def welch(a, b, level: float = 0.95) -> tuple[float, tuple[float, float]]:
@@ -231,17 +229,15 @@ def compare(results: dict, worse: dict, better: dict, draws: int = 2000) -> dict
     loss of one side minus the other's in document k). Seeds: Welch's t-test and interval on the per-seed losses,
     and whether every seed of `worse` scores above every seed of `better`. `p` is the larger p-value: a
     difference must stand out from both."""
-    cells = [(t, c) for side in (worse, better) for t, c in side]
-    found = [cell_documents(results, results["cells"][t][c]) for t, c in cells]
-    if any(f["documents"] != found[0]["documents"] or not np.array_equal(f["count"], found[0]["count"]) for f in found):
-        raise ValueError(f"cells {cells} were scored on different held-out pieces: expected one scoring for a grid")
-    documents = found[0]["documents"]
+    found = {(t, c): cell_documents(results, results["cells"][t][c]) for side in (worse, better) for t, c in side}
+    first = next(iter(found.values()))
+    if any(f["documents"] != first["documents"] or not np.array_equal(f["count"], first["count"]) for f in found.values()):
+        raise ValueError(f"cells {list(found)} were scored on different held-out pieces: expected one scoring for a grid")
+    documents = first["documents"]
     weights = bootstrap_weights(documents, draws)
-    a, a_seeds = side_losses(results, worse, weights)
-    b, b_seeds = side_losses(results, better, weights)
-    sums = [sum(coefficient * cell_documents(results, results["cells"][t][c])["loss"].mean(0)
-                for (t, c), coefficient in side.items()) for side in (worse, better)]
-    _, p_documents = clustered_mcnemar(sums[0], sums[1], documents)
+    a, a_seeds, a_documents = side_losses(found, worse, weights)
+    b, b_seeds, b_documents = side_losses(found, better, weights)
+    _, p_documents = clustered_mcnemar(a_documents, b_documents, documents)
     p_seeds, seed_interval = welch(a_seeds, b_seeds) if min(len(a_seeds), len(b_seeds)) > 1 else (1.0, (np.nan, np.nan))
     return {"difference": float(a[0] - b[0]), "interval": interval(a - b), "p_documents": p_documents,
             "seed_interval": seed_interval, "p_seeds": p_seeds, "p": max(p_documents, p_seeds),
