@@ -7,4 +7,6 @@ from albert_edu.tools.manifest import kernel_env, load_book
 
 
 def pytest_configure(config):
-    os.environ.update(kernel_env(load_book()))
+    book = load_book()
+    os.environ.update(kernel_env(book))
+    config.option.nbval_cell_timeout = book.cell_timeout_s  # one limit for nbval, the runner and the classroom
