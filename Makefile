@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make book   set up .venv, run every chapter, render the HTML book to _build/html/index.html
 #   make test   set up .venv, run the unit tests and nbval over every chapter
+# Also: make test-all, the same with the slow tests (re-training the committed runs, grading every chapter).
 # Helpers: make lab, make export, make check, make run [CHAPTER=01], make html, make experiment [RECIPE=full], make explore,
 # make clean.
 
@@ -8,11 +9,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 SETUP := $(VENV)/.setup-done
-# Serial by default: on 2 cores, parallel workers slow the multi-process training test down more than they
-# gain. To try xdist: make test PYTEST_ARGS="-n 2 --dist loadfile" (loadfile keeps a notebook in one kernel).
-PYTEST_ARGS ?=
+# Two pytest workers (xdist), one per core: most of a chapter's time is Python on one thread, so two chapters (or a
+# chapter and the unit tests) at once finish sooner than one after the other. --dist loadfile keeps each notebook
+# (and each test file, with its fixtures) in one worker. Serial: make test PYTEST_ARGS=
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: book test lab export check run html clean data experiment explore
+.PHONY: book test test-all lab export check run html clean data experiment explore
 
 $(SETUP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required (PYTHON=$(PYTHON))")'
@@ -33,6 +35,9 @@ book: data
 
 test: data
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-all: data
+	$(BIN)/python -m pytest --slow $(PYTEST_ARGS)
 
 lab: data
 	$(BIN)/jupyter lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)

@@ -132,6 +132,8 @@ _ELSEWHERE = {
     'Run': 'experiments',
     'run_key': 'experiments',
     'run_dir': 'experiments',
+    'CHECKPOINTS_DIR': 'experiments',
+    'finished_run': 'experiments',
     'train_cached': 'experiments',
     'train_all': 'experiments',
     'held_out_examples': 'experiments',

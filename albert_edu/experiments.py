@@ -89,17 +89,31 @@ def run_dir(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, devi
     return Path(runs_dir) / f"{run.name}-{run_key(run, data_dir, device)}"
 
 
+CHECKPOINTS_DIR = DATA_DIR / "checkpoints"  # finished runs that the chapters load, with their provenance (in git)
+
+
+def finished_run(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, device: str = "cpu") -> Path | None:
+    """The run's finished entry under its fingerprint: in the run cache, or else among the committed checkpoints
+    (read-only: the book's own runs, which a fresh copy of the book holds); None when neither has it."""
+    name = run_dir(run, runs_dir, data_dir, device).name
+    for folder in (Path(runs_dir), Path(data_dir) / CHECKPOINTS_DIR.name):
+        if (folder / name / "result.json").is_file():
+            return folder / name
+    return None
+
+
 def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, threads: int | None = None,
                  device: str = "cpu") -> Path:
-    """The directory of a finished run: trained now, or earlier by any chapter or command (the cache).
-    Training happens in a partial directory that is renamed when complete, so a killed run leaves no
+    """The directory of a finished run: trained now, or earlier by any chapter or command (the cache), or committed
+    with the book (finished_run). Training happens in a partial directory that is renamed when complete, so a killed run leaves no
     half-written entry. The next attempt resumes the partial run from its last checkpoint (bit-exact, chapter
     7) unless another living process is training it; then this one trains its own copy from the start. A run
     with a start trains (or finds) that run first. device: where it trains (chapter 7's resolve_device; the
     scores are computed on the CPU)."""
+    found = finished_run(run, runs_dir, data_dir, device)
+    if found is not None:
+        return found
     final = run_dir(run, runs_dir, data_dir, device)
-    if (final / "result.json").is_file():
-        return final
     start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads, device)
     tmp, lock = final.with_name(f".{final.name}.partial"), final.with_name(f".{final.name}.lock")
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +195,8 @@ def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_
     starts = {run_key(r.start, data_dir, device): r.start for r in runs if r.start is not None}
     if starts:
         train_all(list(starts.values()), runs_dir, data_dir, workers, device)
-    paths = [run_dir(r, runs_dir, data_dir, device) for r in runs]  # fixed now: editing the code later changes keys
+    # fixed now: editing the code later changes keys
+    paths = [finished_run(r, runs_dir, data_dir, device) or run_dir(r, runs_dir, data_dir, device) for r in runs]
     missing = [i for i, path in enumerate(paths) if not (path / "result.json").is_file()]
     if len(missing) > 1 and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by
@@ -631,4 +646,4 @@ def surface_features(examples: list[Example], tokenizer: Tokenizer, max_seq_len:
     return torch.tensor(rows)
 
 
-__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'recipe_model', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'PROBE_READS', 'probe_reads', 'SURFACE_FEATURES', 'surface_features']
+__all__ = ['RUNS_DIR', 'RESULTS_DIR', 'DATA_FILES', 'code_files', 'CODE_FILES', 'Run', 'run_key', 'run_dir', 'CHECKPOINTS_DIR', 'finished_run', 'train_cached', 'train_all', 'balanced_accuracy', 'held_out_examples', 'held_out_pairs', 'second_documents', 'score', 'scoring_key', 'load_result', 'experiment_model', 'RECIPES', 'check_recipe', 'recipe_training', 'recipe_model', 'trunk_run', 'SWEEP', 'sweep_runs', 'table5_runs', 'diagnostic_runs', 'figure1_runs', 'provenance', 'sweep_results', 'run_summary', 'bits', 'bootstrap_weights', 'weighted_balanced_accuracy', 'interval', 'clustered_mcnemar', 'holm', 'pair_features', 'fit_probe', 'probe', 'PROBE_READS', 'probe_reads', 'SURFACE_FEATURES', 'surface_features']

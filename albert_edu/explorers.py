@@ -169,17 +169,17 @@ def layer_text(curves: dict[str, list[float]], path: dict[str, list[float]], lay
 
 
 def explorer_models(recipe: str = "book") -> dict[str, object]:
-    """The models the layer explorer offers: chapter 8/9's trained runs of `recipe` found in the run cache, and
-    randomly initialized models of the same two geometries."""
+    """The models the layer explorer offers: chapter 8/9's trained runs of `recipe` found in the run cache or the
+    committed checkpoints, and randomly initialized models of the same two geometries."""
     import torch
 
-    from albert_edu.experiments import experiment_model, figure1_runs, run_dir
+    from albert_edu.experiments import experiment_model, figure1_runs, finished_run
     from albert_edu.model import AlbertModel
 
     models = {}
     for style, run in figure1_runs(recipe).items():
-        path = run_dir(run)
-        if (path / "result.json").is_file():
+        path = finished_run(run)
+        if path is not None:
             models[f"{style}, trained ({recipe})"] = path
     for style, sharing in (("BERT-style", "none"), ("ALBERT-style", "all")):
         torch.manual_seed(0)
@@ -258,21 +258,23 @@ def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float
 # ---- chapter 10: fill-mask ---------------------------------------------------------------------------------
 
 def fill_mask_models(recipe: str = "book") -> dict[str, object]:
-    """The models the fill-mask explorer offers: chapter 8's trained runs of `recipe` found in the run cache, the
-    checkpoint that ALBERT_CHECKPOINT names (when set), and a randomly initialized model of the book's geometry."""
+    """The models the fill-mask explorer offers: chapter 8's trained runs of `recipe` found in the run cache or the
+    committed checkpoints, the checkpoint that ALBERT_CHECKPOINT names (when set), and a randomly initialized model
+    of the book's geometry."""
     import os
 
     import torch
 
     from albert_edu.downstream import CHECKPOINT_VARIABLE
-    from albert_edu.experiments import recipe_model, run_dir, table5_runs
+    from albert_edu.experiments import finished_run, recipe_model, table5_runs
     from albert_edu.model import AlbertForPreTraining
 
     models = {}
     for run in table5_runs(recipe):
-        if (run_dir(run) / "result.json").is_file():
+        path = finished_run(run)
+        if path is not None:
             models[f"{run.training.objective.upper() if run.training.objective != 'none' else 'MLM only'}, "
-                   f"trained ({recipe})"] = run_dir(run)
+                   f"trained ({recipe})"] = path
     if os.environ.get(CHECKPOINT_VARIABLE):
         models[f"{CHECKPOINT_VARIABLE}: {Path(os.environ[CHECKPOINT_VARIABLE]).name}"] = Path(os.environ[CHECKPOINT_VARIABLE])
     torch.manual_seed(0)

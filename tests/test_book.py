@@ -214,3 +214,30 @@ def test_html_pages_fold_solutions_away(tmp_path):
     written = out["w"]["source"]
     assert written.startswith("<details>") and "Because the sum is finite." in written and written.endswith("</details>")
     assert "tags" not in out["t"]["metadata"] and out["t"]["source"] == "assert x == 1"  # tests stay in view
+
+
+def test_the_runner_executes_chapters_two_at_a_time_and_reports_a_failing_one_after_the_others(tmp_path, monkeypatch,
+                                                                                              capsys):
+    from albert_edu.tools import runner
+
+    def notebook(source):
+        return {"cells": [{"cell_type": "code", "id": "c", "metadata": {}, "source": source, "outputs": [],
+                           "execution_count": None}], "metadata": {"kernelspec": {"name": "python3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+
+    folder = tmp_path / "chapters"
+    folder.mkdir()
+    chapters = [manifest.Chapter(f"{n:02d}_demo.ipynb", "demo", ()) for n in range(3)]
+    for chapter, source in zip(chapters, ["print(6 * 7)", "print('second')", "1 / 0"]):
+        (folder / chapter.file).write_text(json.dumps(notebook(source)))
+    monkeypatch.setattr(manifest, "CHAPTERS", folder)
+    monkeypatch.setattr(runner, "CHAPTERS", folder)
+    monkeypatch.setattr(runner, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(runner, "check", lambda book: [])
+    with pytest.raises(BookError, match="02_demo.ipynb failed"):
+        runner.run(BOOK, chapters, out_dir=tmp_path / "out", workers=2)
+    outputs = {p.name: json.loads(p.read_text())["cells"][0]["outputs"][0]["text"] for p in (tmp_path / "out").iterdir()}
+    assert outputs == {"00_demo.ipynb": "42\n", "01_demo.ipynb": "second\n"}
+    printed = capsys.readouterr().out
+    assert "ran 00_demo.ipynb in" in printed and ", 2 at a time (budget" in printed
+    assert (tmp_path / "build" / "failed" / "02_demo.ipynb").is_file()

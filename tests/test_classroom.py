@@ -1,6 +1,10 @@
 """Classroom assignments (albert_edu.tools.classroom): every chapter's exercises are in nbgrader's format, the student
-versions hold no solutions, untouched student versions score zero, and the reference solutions pass every test
-(run by nbval in the chapters themselves; nbgrader's full marks checked on chapter 1)."""
+versions hold no solutions and keep every graded cell and point where nbgrader grades them, an untouched student
+version would score zero (read from the code for every chapter; graded by nbgrader on chapter 1), and the reference
+solutions pass every test (run by nbval in the chapters themselves; nbgrader's full marks checked on chapter 1).
+
+Grading every chapter with nbgrader would execute the whole book a second time (35 minutes on a slow 2-core
+machine); chapter 1 exercises the grading itself, and the reading of the code carries the rest."""
 
 import json
 import re
@@ -12,7 +16,7 @@ import pytest
 
 from albert_edu.tools.manifest import CHAPTERS, load_book
 from albert_edu.tools.classroom import (SOLUTION_MARKERS, ClassroomError, assignment_name, assignment_points, autograde,
-                                        build, graded_chapters, read_scores)
+                                        build, free_tests, graded_chapters, print_scores, read_scores)
 
 pytestmark = pytest.mark.classroom
 
@@ -38,6 +42,12 @@ def test_every_chapter_after_the_preface_has_graded_exercises():
             assert c["cell_type"] == "markdown" or ("### BEGIN SOLUTION" in source and "### END SOLUTION" in source)
         for c in tests:
             assert c["metadata"]["nbgrader"]["points"] > 0 and c["metadata"]["nbgrader"]["locked"]
+
+
+def graded_tests_of(path) -> list[str]:
+    """The grade ids of a notebook's graded code tests."""
+    return [c["metadata"]["nbgrader"]["grade_id"] for c in nbgrader_cells(path)
+            if c["metadata"]["nbgrader"]["grade"] and c["cell_type"] == "code"]
 
 
 BLOCK = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
@@ -79,30 +89,80 @@ def test_student_versions_hold_no_solutions(course):
                 assert stub in student[meta["grade_id"]], (name, meta["grade_id"])
 
 
-def test_blank_versions_score_zero_with_every_point_at_stake(course):
-    """Every chapter's student version, untouched, scores zero out of all its points: no graded test passes on a
-    stub. Grading executes the whole chapter, so this is the slowest test of the suite (15-45 minutes on 2 cores,
-    by machine, the first time including chapters 8 and 11's book runs).
+def test_every_student_version_keeps_its_graded_cells_and_points_where_nbgrader_expects_them(course):
+    """nbgrader grades a submission by the cells its gradebook recorded when it generated the student version: for
+    every chapter, those are the chapter's graded cells with their points, and the student version holds each of them,
+    in the chapter's order, with the same grading metadata (hidden tests are put back from the source)."""
+    from nbgrader.api import Gradebook
 
-    That the reference solutions score full marks needs no second execution of every chapter: the hidden tests sit
-    in the chapters themselves, so nbval (pytest chapters/) runs each of them on its reference solution and fails
-    on any assert that does not hold, and nbgrader's own scoring of a teacher's version is checked on chapter 1 by
-    test_a_bad_submission_scores_zero_with_a_reason_and_a_loop_is_stopped_at_the_time_limit."""
     root, released = course
-    names = sorted(released)
-    for name in names:
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        for name, path in released.items():
+            source = nbgrader_cells(root / "source" / name / path.name)
+            graded = {c["metadata"]["nbgrader"]["grade_id"]: (c["metadata"]["nbgrader"]["points"], c["cell_type"])
+                      for c in source if c["metadata"]["nbgrader"]["grade"]}
+            notebook = gradebook.find_notebook(path.stem, name)
+            assert {g.name: (g.max_score, g.cell_type) for g in notebook.grade_cells} == graded, name
+            keys = ("grade_id", "grade", "solution", "locked", "points")
+            assert [{k: c["metadata"]["nbgrader"].get(k) for k in keys} for c in nbgrader_cells(path)] == \
+                [{k: c["metadata"]["nbgrader"].get(k) for k in keys} for c in source], name
+
+
+def test_no_graded_test_passes_in_an_unanswered_student_version(course):
+    """Every chapter's untouched student version would score zero: each graded test uses something an unanswered
+    exercise leaves undefined or raising (read from the code; the reading is checked against nbgrader's grading of
+    chapter 1 below), while on the reference solutions the same reading finds every test runnable."""
+    root, released = course
+    for name, path in released.items():
+        source = root / "source" / name / path.name
+        assert free_tests(path, source) == [], name
+        assert free_tests(source, source) == graded_tests_of(source), name
+
+
+@pytest.mark.slow
+def test_every_untouched_student_version_scores_zero_when_nbgrader_grades_it(course):
+    """The reading above, confirmed by nbgrader on every chapter: grading executes the whole book again (15-45 minutes
+    on 2 cores, by machine), so `make test-all` runs it and `make test` grades chapter 1 only."""
+    root, released = course
+    for name in released:
         shutil.copytree(root / "release" / name, root / "submitted" / "blank" / name)
     result = subprocess.run([sys.executable, "-m", "albert_edu", "classroom", "autograde", "--course", str(root)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     scores = read_scores(root)
-    points = {name: assignment_points(root, name)[0] for name in names}
-    for name in names:
+    for name in released:
         blank = scores[("blank", name)]
-        assert points[name] > 0 and blank["max_code"] == points[name], (name, blank)
-        assert blank["code"] == 0, (name, blank)
-    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()}
-    assert rows["blank"][-1] == f"0/{sum(points.values()):g}"
+        assert blank["code"] == 0 and blank["max_code"] == assignment_points(root, name)[0] > 0, (name, blank)
+
+
+def exercise_notebook(solution: str, test_source: str) -> dict:
+    cell = lambda source, **grading: {"cell_type": "code", "metadata": {"nbgrader": {
+        "grade": False, "solution": False, "locked": False, **grading}} if grading else {}, "source": source,
+        "outputs": [], "execution_count": None}
+    return {"cells": [cell("import math\nlimit = 3\n"), cell(solution, grade_id="s", solution=True),
+                      cell(test_source, grade_id="t", grade=True, locked=True, points=1)],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+ANSWERED = ("def area(r):\n    ### BEGIN SOLUTION\n    return math.pi * r * r\n    ### END SOLUTION\n\n\n"
+            "### BEGIN SOLUTION\nunit = area(1)\n### END SOLUTION\nbig = area(limit)\n")
+UNANSWERED = ("def area(r):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\n\n"  # as nbgrader writes it
+              "# YOUR CODE HERE\nraise NotImplementedError()\nbig = area(limit)\n")
+
+
+@pytest.mark.parametrize("test_source, fails", [
+    ("assert unit > 3", True),             # bound inside the solution block: absent from the student version
+    ("assert big > 28", True),             # bound after the stub that stops the cell
+    ("assert area(2) > 12", True),         # a function whose body is the stub
+    ("assert limit == 3", False),          # needs no answer: free points
+    ("assert math.pi > 3", False),
+])
+def test_the_reading_of_an_unanswered_notebook_tells_a_test_that_needs_the_answer(tmp_path, test_source, fails):
+    source, student = tmp_path / "source.ipynb", tmp_path / "student.ipynb"
+    source.write_text(json.dumps(exercise_notebook(ANSWERED, test_source)))
+    student.write_text(json.dumps(exercise_notebook(UNANSWERED, test_source)))
+    assert free_tests(student, source) == ([] if fails else ["t"])
+    assert free_tests(source, source) == ["t"]
 
 
 def test_hidden_tests_run_with_the_reference_solutions_under_nbval():
@@ -124,14 +184,20 @@ def test_errors_are_clear(tmp_path):
         autograde(tmp_path)
 
 
-def test_a_bad_submission_scores_zero_with_a_reason_and_a_loop_is_stopped_at_the_time_limit(tmp_path):
+def test_chapter_1_graded_end_to_end_full_marks_zero_a_bad_file_and_a_loop(tmp_path, capsys):
+    """nbgrader's own grading, on chapter 1: the teacher's version earns every point, the untouched student version
+    none (every graded cell scores 0, as the reading of the code above predicts for every chapter), a file that is not
+    a notebook scores 0 with its reason, and a cell that loops is stopped at the time limit and the rest graded."""
+    from nbgrader.api import Gradebook
+
     root = tmp_path / "course"
-    build(root, ["01"])
+    released = build(root, ["01"])["ch01"]
     source = root / "source" / "ch01" / "01_parameter_budget.ipynb"
     notebook = json.loads(source.read_text())
     first_code = next(i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "code")
     submissions = {
         "teacher": source.read_text(),
+        "blank": released.read_text(),
         "garbled": "this is not JSON {",
         "looping": json.dumps({**notebook, "cells": notebook["cells"][:first_code + 1] + [
             {**notebook["cells"][first_code], "id": "loop", "source": "while True:\n    pass\n"}]
@@ -143,6 +209,11 @@ def test_a_bad_submission_scores_zero_with_a_reason_and_a_loop_is_stopped_at_the
     scores = autograde(root, time_limit_s=20)
     full = scores[("teacher", "ch01")]
     assert full["max_code"] > 0 and full["code"] == full["max_code"] and "error" not in full
+    blank = scores[("blank", "ch01")]
+    assert blank["code"] == 0 and blank["max_code"] == full["max_code"] and "error" not in blank
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        cells = gradebook.find_submission_notebook(source.stem, "ch01", "blank").grades
+        assert [g.score for g in cells if g.cell_type == "code"] == [0] * len(graded_tests_of(source)) != []
     garbled = scores[("garbled", "ch01")]
     assert garbled["code"] == 0 and garbled["max_code"] == full["max_code"]
     assert "01_parameter_budget.ipynb is not a notebook" in garbled["error"]
@@ -150,3 +221,6 @@ def test_a_bad_submission_scores_zero_with_a_reason_and_a_loop_is_stopped_at_the
     graded = json.loads((root / "autograded" / "looping" / "ch01" / source.name).read_text())
     loop = next(c for c in graded["cells"] if c.get("id") == "loop")
     assert "CellTimeoutError" in [o["ename"] for o in loop["outputs"] if o["output_type"] == "error"]
+    print_scores(scores)  # what `albert-edu classroom autograde` prints
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["blank"][-1] == f"0/{full['max_code']:g}" and rows["teacher"][-1] == f"{full['max_code']:g}/{full['max_code']:g}"

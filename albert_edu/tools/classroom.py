@@ -13,6 +13,7 @@ the library and reads the prepared data.
 table of scores per student and assignment. Hidden tests are put back from the source before grading.
 """
 
+import ast
 import json
 import math
 import os
@@ -113,7 +114,101 @@ def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[
         leaked = [m for m in SOLUTION_MARKERS if m in released[name].read_text()]
         if leaked:
             raise ClassroomError(f"{released[name]} still contains {leaked}: expected nbgrader to remove solutions")
+        free = free_tests(released[name], course / "source" / name / file)
+        if free:
+            raise ClassroomError(f"{released[name]}: the graded tests {free} do not use anything the student writes, "
+                                 f"so an unanswered notebook would earn their points")
     return released
+
+
+# ---- what an unanswered notebook earns, read from the code --------------------------------------------------------
+# Grading executes a notebook; reading it tells the same thing far sooner for the question a course must answer for
+# every chapter: does each graded test fail while its exercise is unanswered? In a student version every solution is
+# nbgrader's stub, `raise NotImplementedError()`: at the top of a cell it stops the cell, so nothing bound after it
+# exists; inside a function it makes every call raise. A test cell fails when it runs into either. The reading below
+# follows names from cell to cell; tests/test_classroom.py checks it against nbgrader's own grading of chapter 1.
+
+def _is_stub(node: ast.AST) -> bool:
+    exc = getattr(node, "exc", None)
+    return isinstance(node, ast.Raise) and isinstance(exc, (ast.Name, ast.Call)) and \
+        (exc.id if isinstance(exc, ast.Name) else getattr(exc.func, "id", None)) == "NotImplementedError"
+
+
+def _walk_here(node: ast.AST):
+    """The nodes that run when `node` runs: not the bodies of functions or lambdas it defines (those run when called),
+    but their decorators and default values."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo += n.decorator_list + n.args.defaults + [d for d in n.args.kw_defaults if d is not None]
+        elif isinstance(n, ast.Lambda):
+            todo += n.args.defaults + [d for d in n.args.kw_defaults if d is not None]
+        else:
+            todo += ast.iter_child_nodes(n)
+
+
+def _bound(statement: ast.stmt) -> set[str]:
+    """The names a top-level statement binds."""
+    names = set()
+    for n in _walk_here(statement):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    return names
+
+
+def _fails_when_run(statement: ast.stmt, broken: set[str]) -> bool:
+    return any(_is_stub(n) or isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in broken
+               for n in _walk_here(statement))
+
+
+def _fails_when_called(definition: ast.stmt, broken: set[str]) -> bool:
+    return any(_is_stub(n) or isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in broken
+               for n in ast.walk(definition))
+
+
+def _statements(code: str) -> list[ast.stmt]:
+    try:
+        return ast.parse(code).body
+    except SyntaxError:  # a magic or a shell line: IPython runs it, but it reads none of our names
+        return []
+
+
+def _bound_by(statements: list[ast.stmt]) -> set[str]:
+    return set().union(*map(_bound, statements))
+
+
+def free_tests(student: Path, source: Path) -> list[str]:
+    """The grade ids of the graded code tests of a student version that would pass with every exercise unanswered,
+    read from the code (the tests with their hidden part, taken from `source`). [] is what a course needs."""
+    graded = {c["metadata"]["nbgrader"]["grade_id"]: c for c in _cells(source)
+              if c["cell_type"] == "code" and "nbgrader" in c.get("metadata", {})}
+    tests = {grade_id: "".join(c["source"]) for grade_id, c in graded.items() if c["metadata"]["nbgrader"]["grade"]}
+    broken, passing = set(), []
+    for cell in _cells(student):
+        if cell["cell_type"] != "code":
+            continue
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        statements = _statements(tests.get(grade_id, "".join(cell["source"])))
+        if grade_id in graded and grade_id not in tests:  # a solution cell: what the answer would have bound, it lacks
+            broken |= _bound_by(_statements("".join(graded[grade_id]["source"]))) - _bound_by(statements)
+        failed = False
+        for statement in statements:
+            failed = failed or _fails_when_run(statement, broken)
+            names = _bound(statement)
+            if failed or isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                    _fails_when_called(statement, broken):
+                broken |= names
+            else:
+                broken -= names
+        if grade_id in tests and not failed:
+            passing.append(grade_id)
+    return passing
 
 
 def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None) -> dict[tuple[str, str], dict]:

@@ -325,7 +325,28 @@ def ablations(args) -> None:
           f"{results['minutes']} minutes for this call")
 
 
-# ---- the toolbox: classroom, book, explorers -------------------------------------------------------------
+# ---- the toolbox: checkpoints, classroom, book, explorers -----------------------------------------------------
+
+def configure_checkpoints(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--check", action="store_true", help="only report entries that are missing, out of date or altered")
+
+
+def checkpoints(args) -> None:
+    from albert_edu.tools import checkpoints
+
+    if args.check:
+        found = checkpoints.problems(checkpoints.book_runs())
+        if found:
+            raise CommandError("\n".join(found))
+        print(f"{checkpoints.checkpoints_dir()} holds today's book runs")
+        return
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    for path in checkpoints.save(checkpoints.book_runs(), args.workers):
+        print(f"committed run: {path}")
+
+
 
 def configure_classroom(p: argparse.ArgumentParser) -> None:
     from albert_edu.tools.classroom import COURSE_DIR
@@ -360,6 +381,9 @@ def configure_book(p: argparse.ArgumentParser) -> None:
     run.add_argument("chapters", nargs="*", metavar="CHAPTER", help="file name, stem or number, e.g. 01")
     html = actions.add_parser("html", help="execute the chapters into _build/src and render _build/html")
     html.add_argument("--no-execute", action="store_true", help="render the committed outputs as they are")
+    for q in (run, html):
+        q.add_argument("--workers", type=int, default=2,
+                       help="chapters executed at once, each in its own kernel (default 2, for 2 cores)")
 
 
 def book(args) -> None:
@@ -378,11 +402,11 @@ def book(args) -> None:
     elif args.action == "run":
         from albert_edu.tools.runner import run
 
-        run(manifest, [manifest.chapter(name) for name in args.chapters] or list(manifest.chapters))
+        run(manifest, [manifest.chapter(name) for name in args.chapters] or list(manifest.chapters), workers=args.workers)
     else:
         from albert_edu.tools.html import build_html
 
-        index = build_html(manifest, execute_chapters=not args.no_execute)
+        index = build_html(manifest, execute_chapters=not args.no_execute, workers=args.workers)
         print(f"The book is at {index}\nOpen it in a browser: file://{index}")
 
 
@@ -413,6 +437,8 @@ COMMANDS = {
                  configure_finetune, finetune),
     "ablations": ("train (or load from the cache) chapter 11's grid of ablations and write its results",
                   configure_ablations, ablations),
+    "checkpoints": ("train (or load from the cache) the runs the chapters load and store them in data/checkpoints/, "
+                    "with their provenance", configure_checkpoints, checkpoints),
     "classroom": ("nbgrader assignments from the chapters: build, autograde", configure_classroom, classroom),
     "book": ("the book itself: export, check, run, html", configure_book, book),
     "explore": ("serve the explorers of chapters 1, 6 and 9 with Voila on 127.0.0.1", configure_explore, explore),

@@ -90,12 +90,12 @@ def decorate_for_html(path: Path, chapter: Chapter) -> None:
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_html(book: Book, execute_chapters: bool = True) -> Path:
+def build_html(book: Book, execute_chapters: bool = True, workers: int = 2) -> Path:
     src, html = BUILD / "src", BUILD / "html"
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     if execute_chapters:
-        run(book, list(book.chapters), out_dir=src)
+        run(book, list(book.chapters), out_dir=src, workers=workers)
     else:
         for chapter in book.chapters:
             shutil.copy(chapter.path, src / chapter.file)
