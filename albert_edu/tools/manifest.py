@@ -116,6 +116,10 @@ def kernel_env(book: Book) -> dict[str, str]:
         "PYTHONHASHSEED": str(book.seed),
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
+        # Idle OpenMP threads sleep instead of spinning. Two chapters (or a chapter and a test) at once on 2 cores
+        # then run 2 threads each without fighting: one small model's steps took 6 times as long side by side as
+        # alone with spinning threads, 1.6 times with sleeping ones. Results do not change.
+        "OMP_WAIT_POLICY": "PASSIVE",
         "HF_HUB_OFFLINE": "1",          # nothing is downloaded while a chapter runs
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
