@@ -236,7 +236,8 @@ def test_the_runner_executes_chapters_two_at_a_time_and_reports_a_failing_one_af
     monkeypatch.setattr(runner, "check", lambda book: [])
     with pytest.raises(BookError, match="02_demo.ipynb failed"):
         runner.run(BOOK, chapters, out_dir=tmp_path / "out", workers=2)
-    outputs = {p.name: json.loads(p.read_text())["cells"][0]["outputs"][0]["text"] for p in (tmp_path / "out").iterdir()}
+    outputs = {p.name: "".join(json.loads(p.read_text())["cells"][0]["outputs"][0]["text"])
+               for p in (tmp_path / "out").iterdir()}
     assert outputs == {"00_demo.ipynb": "42\n", "01_demo.ipynb": "second\n"}
     printed = capsys.readouterr().out
     assert "ran 00_demo.ipynb in" in printed and ", 2 at a time (budget" in printed
