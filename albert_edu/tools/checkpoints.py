@@ -53,13 +53,13 @@ def commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-def provenance(path: Path, machine: str) -> dict:
+def provenance(path: Path, machine: str, code: str) -> dict:
     """How a finished run was made, from its result.json, and the sha256 of each of its files."""
     from albert_edu.experiments import load_result
 
     result = load_result(path)
     training = result["training"]
-    return {"command": COMMAND, "commit": commit(), "machine": machine, "device": result.get("device", "cpu"),
+    return {"command": COMMAND, "commit": code, "machine": machine, "device": result.get("device", "cpu"),
             "minutes": round(result["seconds"] / 60, 1),
             "tokens_seen": training["steps"] * training["batch_size"] * training["max_seq_len"],
             "held_out": result["scores"], "sha256": {name: sha256(path / name) for name in FILES}}
@@ -81,7 +81,7 @@ def save(runs: list, workers: int = 2, folder: Path | None = None) -> list[Path]
 
     folder = Path(folder or checkpoints_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores"
+    machine, code = f"{platform.machine()}, {os.cpu_count()} cores", commit()
     saved = []
     for run, path in zip(runs, train_all(runs, workers=workers)):
         target = folder / path.name
@@ -91,7 +91,7 @@ def save(runs: list, workers: int = 2, folder: Path | None = None) -> list[Path]
             tmp.mkdir()
             for name in FILES:
                 shutil.copyfile(path / name, tmp / name)
-            (tmp / "provenance.json").write_text(json.dumps(provenance(tmp, machine), indent=1) + "\n")
+            (tmp / "provenance.json").write_text(json.dumps(provenance(tmp, machine, code), indent=1) + "\n")
             for old in entry_of(run.name, folder):
                 shutil.rmtree(old)
             tmp.rename(target)
@@ -106,13 +106,13 @@ def problems(runs: list, folder: Path | None = None) -> list[str]:
 
     folder = Path(folder or checkpoints_dir())
     found = []
-    expected = {run_dir(run, folder).name for run in runs}
-    for run in runs:
-        if run_dir(run, folder).name not in {p.name for p in entry_of(run.name, folder)}:
-            found.append(f"{run.name}: no entry under today's fingerprint {run_dir(run, folder).name} (the training "
-                         f"code or the data changed since it was made); run `{COMMAND}`")
+    expected = {run.name: run_dir(run, folder).name for run in runs}  # each key hashes the data and the code: once
+    for name, entry in expected.items():
+        if not (folder / entry).is_dir():
+            found.append(f"{name}: no entry under today's fingerprint {entry} (the training code or the data changed "
+                         f"since it was made); run `{COMMAND}`")
     for entry in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        if entry.name not in expected:
+        if entry.name not in expected.values():
             found.append(f"{entry.name}: not a run the chapters load today; run `{COMMAND}`, which removes it")
             continue
         recorded = json.loads((entry / "provenance.json").read_text())["sha256"]
