@@ -114,6 +114,20 @@ def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
         analysis._scored_summary(path, DATA_DIR, QUICK.max_seq_len)
 
 
+@pytest.fixture
+def quick_scores(small_validation, monkeypatch):
+    """The run cache's scoring on one pass over the held-out documents instead of four, and pre-training's own
+    evaluation on 32 examples a task: for the tests of resuming and locking, which compare two runs' scores or
+    ignore them (test_a_cached_run_is_trained_once_and_complete scores in full)."""
+    score = experiments.score
+
+    def one_pass(*args, **kwargs):
+        return score(*args, **{**kwargs, "passes": 1})
+
+    monkeypatch.setattr(experiments, "score", one_pass)
+
+
+@pytest.mark.usefixtures("quick_scores")
 def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_weights_and_log(tmp_path):
     from safetensors.torch import load_file
 
@@ -132,6 +146,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_weights_and_l
     assert load_result(killed)["scores"] == load_result(whole)["scores"]
 
 
+@pytest.mark.usefixtures("quick_scores")
 def test_a_partial_run_held_by_a_living_process_is_left_alone_and_a_dead_ones_is_taken(tmp_path):
     run = Run("quick", SMALL_MODEL, QUICK)
     final = run_dir(run, tmp_path)

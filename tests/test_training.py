@@ -2,6 +2,7 @@
 resumes after SIGKILL to exactly the weights of an uninterrupted run, agrees across 1 and 2 processes under
 torchrun, and rejects bad command lines with clear errors."""
 
+import inspect
 import json
 from dataclasses import replace
 import os
@@ -17,7 +18,11 @@ from safetensors.torch import load_file
 
 from albert_edu import AlbertConfig
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
-from albert_edu.training import TrainingConfig, pretrain
+import albert_edu.training as training
+from albert_edu.training import TrainingConfig, pretrain, validation_examples
+
+# pre-training's final evaluation on 32 held-out examples per task (tests/conftest.py); the CLI runs evaluate in full
+pytestmark = pytest.mark.usefixtures("small_validation")
 
 
 def reference_lamb_step(w, g, m, v, lr, wd, b1=0.9, b2=0.999, eps=1e-6, adapt=True):
@@ -115,12 +120,17 @@ COMMAND = [sys.executable, "-m", "albert_edu", "pretrain", "--preset", "tiny", "
            "--batch-size", "8", "--max-seq-len", "48", "--warmup-steps", "2", "--seed", "3"]
 
 
+# what COMMAND trains (the tokenizer's 8,000 pieces are the preset's), for the runs these tests compare against
+# or resume, trained here so that their final evaluation is the small one (the command's runs evaluate in full)
+COMMAND_CONFIG = TrainingConfig(objective="sop", steps=14, batch_size=8, max_seq_len=48, warmup_steps=2, seed=3)
+
+
 def _weights(directory):
     return load_file(directory / "model.safetensors")
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_weights(tmp_path):
-    subprocess.run(COMMAND + ["--out", str(tmp_path / "whole")], check=True, capture_output=True)
+    pretrain(TINY, COMMAND_CONFIG, tmp_path / "whole", progress=False)
     interrupted = COMMAND + ["--out", str(tmp_path / "killed"), "--save-every", "2"]
     process = subprocess.Popen(interrupted, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = tmp_path / "killed" / "checkpoints" / "latest"
@@ -141,7 +151,8 @@ def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_weights(tmp_path
 def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
     # without dropout: its masks depend on how the global batch is split between processes
     command = COMMAND + ["--no-dropout", "--accumulation", "2"]
-    subprocess.run(command + ["--out", str(tmp_path / "one")], check=True, capture_output=True)
+    no_dropout = replace(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    pretrain(no_dropout, replace(COMMAND_CONFIG, accumulation=2), tmp_path / "one", progress=False)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     result = subprocess.run(torchrun + command[1:] + ["--out", str(tmp_path / "two")], capture_output=True, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -258,6 +269,20 @@ def test_gradients_are_clipped_to_norm_one_every_step(tmp_path, monkeypatch):
     assert calls == [1.0] * SMALL["steps"]
 
 
+def test_pretraining_asks_for_the_default_held_out_examples_512_a_task(tmp_path, monkeypatch):
+    """What the small_validation fixture changes for the other tests here: pretrain itself takes the default."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return validation_examples(*args, **{**kwargs, "max_examples": 4})
+
+    monkeypatch.setattr(training, "validation_examples", spy)
+    result = pretrain(TINY, TrainingConfig(**{**SMALL, "steps": 1}), tmp_path / "run", progress=False)
+    assert calls == [{"pairs": "reference"}] and result["step"] == 1
+    assert inspect.signature(validation_examples).parameters["max_examples"].default == 512
+
+
 def test_evaluate_counts_correct_predictions(tmp_path):
     from albert_edu import AlbertForPreTraining
     from albert_edu.corpus import load_documents
@@ -288,10 +313,9 @@ def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(t
         saved(tensors, path, **kwargs)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(resume, "save_file", full_disk)
-    with pytest.raises(OSError, match="No space left on device"):
+    with monkeypatch.context() as patched, pytest.raises(OSError, match="No space left on device"):
+        patched.setattr(resume, "save_file", full_disk)
         pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
-    monkeypatch.undo()
     checkpoints = tmp_path / "run" / "checkpoints"
     assert (checkpoints / "latest").read_text() == "step-0000002"
     result = pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # resumes from step 2
@@ -325,8 +349,8 @@ def test_cli_reports_an_out_directory_that_cannot_be_made(tmp_path):
                                                   ("--objective", "nsp", "training.objective"),
                                                   ("--max-seq-len", "32", "training.max_seq_len")])
 def test_cli_resume_with_other_settings_is_refused_naming_them(flag, value, changed, tmp_path):
+    pretrain(TINY, replace(COMMAND_CONFIG, steps=2, save_every=2), tmp_path / "run", progress=False)
     run = ["--out", str(tmp_path / "run"), "--save-every", "2"]
-    subprocess.run(COMMAND + run + ["--steps", "2"], check=True, capture_output=True)
     result = subprocess.run(COMMAND + run + ["--steps", "2", "--resume", flag, value], capture_output=True, text=True)
     assert result.returncode == 1 and "was started with different settings" in result.stderr and changed in result.stderr
 
