@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, WIDE_STEP_COST, ablation_model, ablation_runs,
-                                  ablation_training, cell_documents, cell_scores, check_ablation_recipe, compare,
-                                  depth_scores, forward_flops, plan, read_plan, unique_runs, welch)
+from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, THROUGHPUT_FILE, THROUGHPUT_MODELS, WIDE_STEP_COST,
+                                  ablation_model, ablation_runs, ablation_training, cell_documents, cell_scores,
+                                  check_ablation_recipe, compare, depth_scores, forward_flops, load_throughput,
+                                  measure_throughput, plan, read_plan, unique_runs, welch)
 from albert_edu.config import AlbertConfig
 from albert_edu.experiments import RESULTS_DIR, run_dir, run_key
 from albert_edu.model import AlbertForPreTraining
@@ -200,3 +201,43 @@ def test_a_committed_grid_is_the_current_recipe_with_every_seed_and_document(rec
             s = cell_scores(results, table, cell, draws=100)
             assert len(s["seed_losses"]) == seeds and s["loss_interval"][0] <= s["loss"] <= s["loss_interval"][1]
     assert set(read_plan(results, draws=100)) == set(plan(recipe))
+
+
+def test_the_committed_timings_are_of_todays_geometries_with_every_round():
+    """Chapter 11 reads its timings from data/results/throughput.json (albert-edu throughput) instead of the clock."""
+    timings = load_throughput()
+    rounds = timings["rounds"]
+    assert timings["command"].startswith("albert-edu throughput") and rounds >= 3 and timings["commit"]
+    assert set(timings["machine"]) >= {"cpu", "cores", "torch", "threads", "l3_cache"}
+    assert list(timings["step_seconds"]) == list(THROUGHPUT_MODELS)
+    sections = [timings[k] for k in ("step_seconds", "forward_seconds", "lamb_seconds", "wide_step_seconds")]
+    sections += [{k: r[k] for k in ("shared", "unshared")} for r in timings["reuse"]]
+    assert all(len(times) == rounds and min(times) > 0 for section in sections for times in section.values())
+    assert [r["hidden_size"] for r in timings["reuse"]] == [768, 1024, 2048]
+
+
+def test_timings_of_other_geometries_are_refused_with_the_command_to_run(tmp_path):
+    timings = json.loads((RESULTS_DIR / THROUGHPUT_FILE).read_text())
+    timings["models"]["albert-base"]["hidden_size"] = 512
+    (tmp_path / "old.json").write_text(json.dumps(timings))
+    with pytest.raises(ValueError, match=r"albert-base\).*albert-edu throughput"):
+        load_throughput(tmp_path / "old.json")
+
+
+def test_measure_throughput_times_every_part_round_by_round():
+    small = {name: AlbertConfig.from_preset("tiny", hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                            num_hidden_layers=2, sharing=sharing)
+             for name, sharing in (("bert-base", "none"), ("albert-base", "all"), ("bert-large", "none"),
+                                   ("albert-large", "all"))}
+    timings = measure_throughput(2, length=8, models=small, reuse_sizes=(16,), wide_batch=2)
+    assert timings["command"] == "albert-edu throughput --rounds 2" and timings["models"]["bert-base"]["sharing"] == "none"
+    assert set(timings["step_seconds"]) == set(small) and set(timings["lamb_seconds"]) == {"bert-large", "albert-large"}
+    assert all(len(t) == 2 for t in [*timings["step_seconds"].values(), *timings["wide_step_seconds"].values()])
+    assert timings["reuse"][0]["hidden_size"] == 16 and len(timings["reuse"][0]["shared"]) == 2
+
+
+def test_the_throughput_command_refuses_no_rounds(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "throughput", "--rounds", "0", "--out",
+                             str(tmp_path / "t.json")], capture_output=True, text=True)
+    assert result.returncode == 1 and "--rounds 0: expected at least 1" in result.stderr
+    assert not (tmp_path / "t.json").exists()

@@ -325,6 +325,30 @@ def ablations(args) -> None:
           f"{results['minutes']} minutes for this call")
 
 
+def configure_throughput(p: argparse.ArgumentParser) -> None:
+    from albert_edu.ablations import THROUGHPUT_FILE
+    from albert_edu.experiments import RESULTS_DIR
+
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up (default 5; about 4 minutes "
+                                                          "on 2 cores and 10 GB of memory)")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / THROUGHPUT_FILE,
+                   help=f"results file (default: {RESULTS_DIR / THROUGHPUT_FILE})")
+
+
+def throughput(args) -> None:
+    from albert_edu.ablations import measure_throughput
+    from albert_edu.corpus import write_atomically
+    from albert_edu.tools.checkpoints import commit
+
+    if args.rounds < 1:
+        raise CommandError(f"--rounds {args.rounds}: expected at least 1")
+    print("timing Table 2's six geometries, the encoder's forward pass, a reused layer, LAMB and Table 6's two "
+          "models; leave the machine to itself meanwhile")
+    timings = {**measure_throughput(args.rounds), "commit": commit()}
+    write_atomically(args.out, (json.dumps(timings, indent=1) + "\n").encode())
+    print(f"wrote {args.out} ({timings['minutes']} minutes)")
+
+
 # ---- the toolbox: checkpoints, classroom, book, explorers -----------------------------------------------------
 
 def configure_checkpoints(p: argparse.ArgumentParser) -> None:
@@ -437,6 +461,8 @@ COMMANDS = {
                  configure_finetune, finetune),
     "ablations": ("train (or load from the cache) chapter 11's grid of ablations and write its results",
                   configure_ablations, ablations),
+    "throughput": ("time chapter 11's models on this machine (Table 2 and section 11.6) and write the results",
+                   configure_throughput, throughput),
     "checkpoints": ("train (or load from the cache) the runs the chapters load and store them in data/checkpoints/, "
                     "with their provenance", configure_checkpoints, checkpoints),
     "classroom": ("nbgrader assignments from the chapters: build, autograde", configure_classroom, classroom),
