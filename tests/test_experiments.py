@@ -69,6 +69,7 @@ def test_the_key_changes_when_any_code_file_changes(tmp_path, monkeypatch):
     assert len(keys) == len(experiments.CODE_FILES) and before not in keys
 
 
+@pytest.mark.usefixtures("small_validation")  # pre-training's own evaluation; the cache's scoring is in full
 def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
     run = Run("quick", SMALL_MODEL, QUICK)
     (tmp_path / f".{run_dir(run, tmp_path).name}.999.tmp").mkdir()  # what a killed attempt leaves behind
