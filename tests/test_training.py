@@ -162,6 +162,18 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
+def pretrain_command(*arguments: str, capsys) -> tuple[int, str]:
+    """COMMAND with more arguments, run by the command line's own code in this process (a new Python process takes
+    seconds to start; tests/test_cli.py runs the console script itself): its exit status and what it wrote to stderr."""
+    from albert_edu.tools.cli import main
+
+    try:
+        code = main([*COMMAND[3:], *arguments])
+    except SystemExit as usage:  # argparse's errors
+        code = usage.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--preset", "albert-huge"], "argument --preset: invalid choice: 'albert-huge'"),
     (["--batch-size", "7", "--accumulation", "2"], "batch_size=7 must be a multiple"),
@@ -171,30 +183,29 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
     (["--max-seq-len", "600"], "max_seq_len=600 exceeds the model's max_position_embeddings=512"),
     (["--pairs", "balanced"], "argument --pairs: invalid choice: 'balanced'"),
 ])
-def test_cli_rejects_bad_settings_with_a_clear_error(arguments, message, tmp_path):
+def test_cli_rejects_bad_settings_with_a_clear_error(arguments, message, tmp_path, capsys):
     # argparse keeps the last value of a repeated option, so appending overrides COMMAND's settings
-    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), *arguments], capture_output=True, text=True)
-    assert result.returncode != 0 and message in result.stderr
+    code, stderr = pretrain_command("--out", str(tmp_path / "run"), *arguments, capsys=capsys)
+    assert code != 0 and message in stderr
     assert not (tmp_path / "run").exists()  # nothing half-written that would block a corrected retry
 
 
-def test_cli_refuses_a_non_empty_out_without_resume(tmp_path):
+def test_cli_refuses_a_non_empty_out_without_resume(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "something").write_text("x")
-    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run")], capture_output=True, text=True)
-    assert result.returncode != 0 and "is not empty: resume the run in it, or choose a new directory" in result.stderr
+    code, stderr = pretrain_command("--out", str(tmp_path / "run"), capsys=capsys)
+    assert code != 0 and "is not empty: resume the run in it, or choose a new directory" in stderr
 
 
-def test_resuming_where_there_is_no_run_is_an_error_not_a_fresh_start(tmp_path):
-    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "typo"), "--resume"], capture_output=True, text=True)
-    assert result.returncode == 1 and "holds no run to resume" in result.stderr
+def test_resuming_where_there_is_no_run_is_an_error_not_a_fresh_start(tmp_path, capsys):
+    code, stderr = pretrain_command("--out", str(tmp_path / "typo"), "--resume", capsys=capsys)
+    assert code == 1 and "holds no run to resume" in stderr
     assert not (tmp_path / "typo").exists()
 
 
-def test_cli_reports_missing_data(tmp_path):
-    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "nothing")],
-                            capture_output=True, text=True)
-    assert result.returncode != 0 and "train-tokenizer" in result.stderr
+def test_cli_reports_missing_data(tmp_path, capsys):
+    code, stderr = pretrain_command("--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "nothing"), capsys=capsys)
+    assert code != 0 and "train-tokenizer" in stderr
 
 
 SMALL = dict(steps=6, batch_size=8, max_seq_len=32, warmup_steps=1)
@@ -348,11 +359,11 @@ def test_cli_reports_an_out_directory_that_cannot_be_made(tmp_path):
 @pytest.mark.parametrize("flag, value, changed", [("--lr", "0.003", "training.lr"),
                                                   ("--objective", "nsp", "training.objective"),
                                                   ("--max-seq-len", "32", "training.max_seq_len")])
-def test_cli_resume_with_other_settings_is_refused_naming_them(flag, value, changed, tmp_path):
+def test_cli_resume_with_other_settings_is_refused_naming_them(flag, value, changed, tmp_path, capsys):
     pretrain(TINY, replace(COMMAND_CONFIG, steps=2, save_every=2), tmp_path / "run", progress=False)
-    run = ["--out", str(tmp_path / "run"), "--save-every", "2"]
-    result = subprocess.run(COMMAND + run + ["--steps", "2", "--resume", flag, value], capture_output=True, text=True)
-    assert result.returncode == 1 and "was started with different settings" in result.stderr and changed in result.stderr
+    code, stderr = pretrain_command("--out", str(tmp_path / "run"), "--save-every", "2", "--steps", "2", "--resume",
+                                    flag, value, capsys=capsys)
+    assert code == 1 and "was started with different settings" in stderr and changed in stderr
 
 
 def test_continued_pretraining_starts_from_the_trunk_with_a_fresh_pair_head(tmp_path):

@@ -109,8 +109,15 @@ def build(course: Path = COURSE_DIR, chapters: list[str] | None = None) -> dict[
         shutil.rmtree(course / "source" / name, ignore_errors=True)
         (course / "source" / name).mkdir(parents=True)
         shutil.copy(CHAPTERS / file, course / "source" / name / file)
-        nbgrader(course, "generate_assignment", name, "--force")
         released[name] = course / "release" / name / file
+    # one nbgrader process for every assignment when source/ holds exactly these (a glob, which nbgrader expands;
+    # each process takes seconds to start), else one per assignment, so that nothing else in source/ is regenerated
+    if len(released) > 1 and sorted(p.name for p in (course / "source").iterdir()) == sorted(released):
+        nbgrader(course, "generate_assignment", "*", "--force")
+    else:
+        for name in released:
+            nbgrader(course, "generate_assignment", name, "--force")
+    for name, file in zip(released, files):
         leaked = [m for m in SOLUTION_MARKERS if m in released[name].read_text()]
         if leaked:
             raise ClassroomError(f"{released[name]} still contains {leaked}: expected nbgrader to remove solutions")
