@@ -235,7 +235,6 @@ _ELSEWHERE = {
     'training_step': 'ablations',
     'THROUGHPUT_MODELS': 'ablations',
     'THROUGHPUT_FILE': 'ablations',
-    'time_rounds': 'ablations',
     'throughput_models': 'ablations',
     'machine': 'ablations',
     'measure_throughput': 'ablations',

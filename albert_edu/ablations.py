@@ -19,6 +19,7 @@ from albert_edu.corpus import DATA_DIR
 from albert_edu.experiments import (RUNS_DIR, Run, bootstrap_weights, clustered_mcnemar, experiment_model, holm,
                                     held_out_examples, interval, provenance, run_summary, train_all)
 from albert_edu.model import AlbertForPreTraining
+from albert_edu.notebook import time_rounds
 from albert_edu.optim import Lamb
 from albert_edu.training import TrainingConfig, predict
 
@@ -184,21 +185,6 @@ def training_step(config: AlbertConfig, batch: int, length: int, seed: int = 0):
 
 THROUGHPUT_MODELS = ("bert-base", "bert-large", "albert-base", "albert-large", "albert-xlarge", "albert-xxlarge")
 THROUGHPUT_FILE = "throughput.json"  # in experiments.RESULTS_DIR, written by `albert-edu throughput`
-
-
-def time_rounds(functions: dict, rounds: int) -> dict[str, list[float]]:
-    """The seconds of every call, round by round: each function runs once to warm up, then all of them in turn,
-    `rounds` times, so that a slow moment of a shared machine falls on all of them alike (the same order as
-    notebook.time_interleaved, which keeps only the medians)."""
-    for function in functions.values():
-        function()
-    times = {name: [] for name in functions}
-    for _ in range(rounds):
-        for name, function in functions.items():
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 def throughput_models(names=THROUGHPUT_MODELS) -> dict[str, AlbertConfig]:
@@ -399,4 +385,4 @@ def read_plan(results: dict, draws: int = 2000) -> dict[str, dict]:
     return out
 
 
-__all__ = ['ABLATION_RECIPES', 'ABLATION_LENGTH', 'STRATEGY_E', 'DROPOUT', 'WIDE', 'WIDE_STEP_COST', 'check_ablation_recipe', 'ablation_training', 'ablation_model', 'ablation_runs', 'unique_runs', 'depth_scores', 'DEPTHS', 'ablation_results', 'forward_flops', 'training_step', 'THROUGHPUT_MODELS', 'THROUGHPUT_FILE', 'time_rounds', 'throughput_models', 'machine', 'measure_throughput', 'load_throughput', 'cell_documents', 'side_losses', 'welch', 'compare', 'cell_scores', 'plan', 'read_plan']
+__all__ = ['ABLATION_RECIPES', 'ABLATION_LENGTH', 'STRATEGY_E', 'DROPOUT', 'WIDE', 'WIDE_STEP_COST', 'check_ablation_recipe', 'ablation_training', 'ablation_model', 'ablation_runs', 'unique_runs', 'depth_scores', 'DEPTHS', 'ablation_results', 'forward_flops', 'training_step', 'THROUGHPUT_MODELS', 'THROUGHPUT_FILE', 'throughput_models', 'machine', 'measure_throughput', 'load_throughput', 'cell_documents', 'side_losses', 'welch', 'compare', 'cell_scores', 'plan', 'read_plan']

@@ -87,15 +87,20 @@ def print_table(headers: list[str], rows: list[list]) -> None:
 
 
 
-def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 10) -> dict[str, float]:
-    """Median seconds per call of each function. The functions run in turn, after one warm-up call each, so
-    that the noise of a shared machine falls on all of them alike; compare the results as ratios."""
+def time_rounds(functions: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """The seconds of every call, round by round: each function runs once to warm up, then all of them in turn,
+    `rounds` times, so that a slow moment of a shared machine falls on all of them alike."""
     for function in functions.values():
         function()
     times = {name: [] for name in functions}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for name, function in functions.items():
             start = time.perf_counter()
             function()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 10) -> dict[str, float]:
+    """Median seconds per call of each function (time_rounds); compare the results as ratios."""
+    return {name: statistics.median(t) for name, t in time_rounds(functions, repeats).items()}
