@@ -28,7 +28,9 @@ def _weights(directory):
 
 
 def test_auto_is_the_cpu_where_there_is_no_gpu_and_the_gpu_where_there_is_one():
-    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # a CUDA device always carries its index (torch.cuda.set_device and DDP need one): cuda:0, never a bare cuda
+    gpu = torch.cuda.is_available() and torch.device("cuda", torch.cuda.current_device())
+    assert resolve_device("auto") == (gpu or torch.device("cpu"))
     assert resolve_device("cpu") == resolve_device(torch.device("cpu")) == torch.device("cpu")
 
 
