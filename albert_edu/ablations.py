@@ -198,9 +198,10 @@ def machine() -> dict:
     import os
     import platform
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform's name for the processor
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor()
     cache = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
     return {"cpu": cpu or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "l3_cache": cache.read_text().strip() if cache.exists() else "unknown"}

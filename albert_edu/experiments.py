@@ -95,10 +95,14 @@ CHECKPOINTS_DIR = DATA_DIR / "checkpoints"  # finished runs that the chapters lo
 def finished_run(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR, device: str = "cpu") -> Path | None:
     """The run's finished entry under its fingerprint: in the run cache, or else among the committed checkpoints
     (read-only: the book's own runs, which a fresh copy of the book holds); None when neither has it."""
-    name = run_dir(run, runs_dir, data_dir, device).name
-    for folder in (Path(runs_dir), Path(data_dir) / CHECKPOINTS_DIR.name):
-        if (folder / name / "result.json").is_file():
-            return folder / name
+    return _finished(run_dir(run, runs_dir, data_dir, device), data_dir)
+
+
+def _finished(final: Path, data_dir: Path) -> Path | None:
+    """finished_run for a run whose cache entry (run_dir) is `final`: its fingerprint computed once."""
+    for folder in (final.parent, Path(data_dir) / CHECKPOINTS_DIR.name):
+        if (folder / final.name / "result.json").is_file():
+            return folder / final.name
     return None
 
 
@@ -110,10 +114,10 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
     7) unless another living process is training it; then this one trains its own copy from the start. A run
     with a start trains (or finds) that run first. device: where it trains (chapter 7's resolve_device; the
     scores are computed on the CPU)."""
-    found = finished_run(run, runs_dir, data_dir, device)
+    final = run_dir(run, runs_dir, data_dir, device)
+    found = _finished(final, data_dir)
     if found is not None:
         return found
-    final = run_dir(run, runs_dir, data_dir, device)
     start = None if run.start is None else train_cached(run.start, runs_dir, data_dir, threads, device)
     tmp, lock = final.with_name(f".{final.name}.partial"), final.with_name(f".{final.name}.lock")
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +135,7 @@ def train_cached(run: Run, runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_DIR,
         finally:
             torch.set_num_threads(previous)  # the caller's setting, for whatever it runs next
         shutil.rmtree(tmp / "checkpoints")  # the final weights stay; the optimizer state is only for resuming
-        result = {"name": run.name, "key": run_key(run, data_dir, device), "model": run.model.to_dict(),
+        result = {"name": run.name, "key": final.name.removeprefix(f"{run.name}-"), "model": run.model.to_dict(),
                   "training": asdict(run.training), "start": None if start is None else start.name,
                   "seconds": seconds, "resumed_at": resumed_at, "scores": scores, "predictions": predictions,
                   "scoring": scoring_key(), **({"device": device} if device != "cpu" else {})}
@@ -196,7 +200,7 @@ def train_all(runs: list[Run], runs_dir: Path = RUNS_DIR, data_dir: Path = DATA_
     if starts:
         train_all(list(starts.values()), runs_dir, data_dir, workers, device)
     # fixed now: editing the code later changes keys
-    paths = [finished_run(r, runs_dir, data_dir, device) or run_dir(r, runs_dir, data_dir, device) for r in runs]
+    paths = [_finished(final, data_dir) or final for final in (run_dir(r, runs_dir, data_dir, device) for r in runs)]
     missing = [i for i, path in enumerate(paths) if not (path / "result.json").is_file()]
     if len(missing) > 1 and workers > 1:
         # A spawned process finds the function it runs, and the classes of its arguments, by importing them by

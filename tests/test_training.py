@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from albert_edu import AlbertConfig
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
 import albert_edu.training as training
+from albert_edu.tools.cli import command_parser, main, training_config
 from albert_edu.training import TrainingConfig, pretrain, validation_examples
 
 # pre-training's final evaluation on 32 held-out examples per task (tests/conftest.py); the CLI runs evaluate in full
@@ -120,9 +121,11 @@ COMMAND = [sys.executable, "-m", "albert_edu", "pretrain", "--preset", "tiny", "
            "--batch-size", "8", "--max-seq-len", "48", "--warmup-steps", "2", "--seed", "3"]
 
 
-# what COMMAND trains (the tokenizer's 8,000 pieces are the preset's), for the runs these tests compare against
-# or resume, trained here so that their final evaluation is the small one (the command's runs evaluate in full)
-COMMAND_CONFIG = TrainingConfig(objective="sop", steps=14, batch_size=8, max_seq_len=48, warmup_steps=2, seed=3)
+# what COMMAND trains (the tokenizer's 8,000 pieces are the preset's), read by the command line's own parser, for
+# the runs these tests compare against or resume, trained here so that their final evaluation is the small one (the
+# command's runs evaluate in full)
+COMMAND_CONFIG = training_config(command_parser("pretrain").parse_args([*COMMAND[4:], "--out", "unused"]))
+assert (COMMAND_CONFIG.steps, COMMAND_CONFIG.seed) == (14, 3)
 
 
 def _weights(directory):
@@ -165,8 +168,6 @@ def test_torchrun_with_two_processes_agrees_with_one(tmp_path):
 def pretrain_command(*arguments: str, capsys) -> tuple[int, str]:
     """COMMAND with more arguments, run by the command line's own code in this process (a new Python process takes
     seconds to start; tests/test_cli.py runs the console script itself): its exit status and what it wrote to stderr."""
-    from albert_edu.tools.cli import main
-
     try:
         code = main([*COMMAND[3:], *arguments])
     except SystemExit as usage:  # argparse's errors

@@ -165,20 +165,26 @@ def _device(name: str) -> str:
         raise CommandError(str(error)) from None
 
 
+def training_config(args):
+    """The TrainingConfig that `pretrain`'s parsed options ask for (the tests build theirs the same way)."""
+    from albert_edu.training import TrainingConfig
+
+    return TrainingConfig(**{name: getattr(args, name) for name in _training_defaults()})
+
+
 def pretrain(args) -> None:
     from dataclasses import replace
 
     from albert_edu.config import AlbertConfig
     from albert_edu.tokenizer import Tokenizer
-    from albert_edu.training import TrainingConfig, pretrain
+    from albert_edu.training import pretrain
 
     vocab_size = Tokenizer.load(args.data_dir / "tokenizer").vocab_size
     model_config = AlbertConfig.from_preset(args.preset, vocab_size=vocab_size)
     if args.no_dropout:
         model_config = replace(model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                                classifier_dropout_prob=0.0)
-    config = TrainingConfig(**{name: getattr(args, name) for name in _training_defaults()})
-    result = pretrain(model_config, config, args.out, resume=args.resume, data_dir=args.data_dir,
+    result = pretrain(model_config, training_config(args), args.out, resume=args.resume, data_dir=args.data_dir,
                       device=_device(args.device), precision=args.precision, compile=args.compile)
     print(json.dumps(result))
 
