@@ -89,7 +89,8 @@ def print_table(headers: list[str], rows: list[list]) -> None:
 
 def time_rounds(functions: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
     """The seconds of every call, round by round: each function runs once to warm up, then all of them in turn,
-    `rounds` times, so that a slow moment of a shared machine falls on all of them alike."""
+    `rounds` times, so that a slow spell of a shared machine longer than a round falls on every function, and a
+    shorter one spoils one function's round, which a median sets aside."""
     for function in functions.values():
         function()
     times = {name: [] for name in functions}
