@@ -182,45 +182,108 @@ def test_errors_are_clear(tmp_path):
     assert result.returncode != 0 and "chapter '42' has no exercises or does not exist" in result.stderr
     with pytest.raises(ClassroomError, match="no submissions in"):
         autograde(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "classroom", "autograde", "--course", str(tmp_path),
+                             "--memory-limit", "-1"], capture_output=True, text=True)
+    assert result.returncode == 1 and "--memory-limit -1: expected a number of MiB, or 0 for no limit" in result.stderr
 
 
-def test_chapter_1_graded_end_to_end_full_marks_zero_a_bad_file_and_a_loop(tmp_path, capsys):
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        return "Z" not in next(line for line in open(f"/proc/{pid}/status") if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+
+
+def _tree(root) -> dict:
+    """Every file under root with its bytes: what a hostile submission must leave as it was."""
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def hostile_cells(pid_file) -> list[str]:
+    """A submission's worst: it deletes everything under the directories above its notebook (in a course graded in
+    place: the other submissions, the source with its hidden tests, the gradebook), starts a process meant to outlive
+    it, allocates memory past the grader's limit, and loops swallowing the interrupt (a bare except)."""
+    return [
+        "import shutil\nfrom pathlib import Path\nfor parent in list(Path.cwd().parents)[:3]:\n"
+        "    for p in parent.iterdir():\n        shutil.rmtree(p) if p.is_dir() else p.unlink()",
+        "import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(900)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))",
+        "hog = bytearray(64 * 2**30)",
+        "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except:\n        pass",
+    ]
+
+
+def test_a_cell_past_its_limit_is_interrupted_or_else_killed_and_the_rest_still_runs(tmp_path):
+    """The guarded execution (albert_edu.tools.grading) on its own: a loop that an interrupt stops keeps the kernel
+    and its state; one that swallows the interrupt is killed with its kernel, the cells after it run in a fresh one;
+    an allocation past the memory limit raises MemoryError; a child process does not outlive the notebook."""
+    import nbformat
+
+    from albert_edu.tools.grading import KILLED, GuardedExecute
+
+    cells = ["x = 1", "while True:\n    pass", "print(x)", *hostile_cells(tmp_path / "child.pid")[1:], "print(x)"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    GuardedExecute(timeout=3, interrupt_grace_s=1, memory_limit_mb=2048).preprocess(
+        notebook, {"metadata": {"path": str(tmp_path)}})
+    outputs = [[o.get("ename") or o.get("text", "").strip() for o in c.outputs] for c in notebook.cells]
+    assert KILLED in outputs[1] and outputs[2] == ["1"]  # interrupted: the kernel and x survive
+    assert outputs[4] == ["MemoryError"]
+    assert outputs[5] == [KILLED] and outputs[6] == ["NameError"]  # killed: the last cell ran in a fresh kernel
+    assert not _alive(int((tmp_path / "child.pid").read_text()))
+
+
+def test_chapter_1_graded_end_to_end_full_marks_zero_a_bad_file_and_a_hostile_submission(tmp_path, capsys):
     """nbgrader's own grading, on chapter 1: the teacher's version earns every point, the untouched student version
     none (every graded cell scores 0, as the reading of the code above predicts for every chapter), a file that is not
-    a notebook scores 0 with its reason, and a cell that loops is stopped at the time limit and the rest graded."""
+    a notebook scores 0 with its reason, and a hostile submission (hostile_cells after exercise 1, exercise 2's cells
+    deleted) harms neither the course nor the other submissions, is graded within its time limit (exercise 1's point),
+    and the teacher's report names the cells that timed out, raised and are missing."""
     from nbgrader.api import Gradebook
 
     root = tmp_path / "course"
     released = build(root, ["01"])["ch01"]
     source = root / "source" / "ch01" / "01_parameter_budget.ipynb"
     notebook = json.loads(source.read_text())
-    first_code = next(i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "code")
+    grade_id = lambda cell: cell["metadata"].get("nbgrader", {}).get("grade_id")
+    after_exercise_1 = next(i for i, c in enumerate(notebook["cells"]) if grade_id(c) == "ex1-tests") + 1
+    hostile = [{"cell_type": "code", "id": f"hostile-{i}", "metadata": {}, "source": text, "outputs": [],
+                "execution_count": None} for i, text in enumerate(hostile_cells(tmp_path / "child.pid"))]
+    kept = [c for c in notebook["cells"] if grade_id(c) not in ("ex2-solution", "ex2-tests")]
     submissions = {
         "teacher": source.read_text(),
         "blank": released.read_text(),
         "garbled": "this is not JSON {",
-        "looping": json.dumps({**notebook, "cells": notebook["cells"][:first_code + 1] + [
-            {**notebook["cells"][first_code], "id": "loop", "source": "while True:\n    pass\n"}]
-            + notebook["cells"][first_code + 1:]}),
+        "hostile": json.dumps({**notebook, "cells": kept[:after_exercise_1] + hostile + kept[after_exercise_1:]}),
     }
     for student, text in submissions.items():
         (root / "submitted" / student / "ch01").mkdir(parents=True)
         (root / "submitted" / student / "ch01" / source.name).write_text(text)
-    scores = autograde(root, time_limit_s=20)
+    before = {folder: _tree(root / folder) for folder in ("source", "submitted", "release")}
+    scores = autograde(root, time_limit_s=20, memory_limit_mb=6144)
+    assert {folder: _tree(root / folder) for folder in before} == before  # the course and every submission intact
     full = scores[("teacher", "ch01")]
-    assert full["max_code"] > 0 and full["code"] == full["max_code"] and "error" not in full
+    assert full["max_code"] == 3 and full["code"] == 3 and "error" not in full
+    assert full["report"] == {"timed out": [], "raised": [], "missing": []}
     blank = scores[("blank", "ch01")]
-    assert blank["code"] == 0 and blank["max_code"] == full["max_code"] and "error" not in blank
+    assert blank["code"] == 0 and blank["max_code"] == 3 and "error" not in blank
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
         cells = gradebook.find_submission_notebook(source.stem, "ch01", "blank").grades
         assert [g.score for g in cells if g.cell_type == "code"] == [0] * len(graded_tests_of(source)) != []
     garbled = scores[("garbled", "ch01")]
-    assert garbled["code"] == 0 and garbled["max_code"] == full["max_code"]
+    assert garbled["code"] == 0 and garbled["max_code"] == 3
     assert "01_parameter_budget.ipynb is not a notebook" in garbled["error"]
-    assert "error" not in scores[("looping", "ch01")]  # the loop was stopped after 20 s, the rest was graded
-    graded = json.loads((root / "autograded" / "looping" / "ch01" / source.name).read_text())
-    loop = next(c for c in graded["cells"] if c.get("id") == "loop")
-    assert "CellTimeoutError" in [o["ename"] for o in loop["outputs"] if o["output_type"] == "error"]
+    attack = scores[("hostile", "ch01")]
+    assert attack["code"] == 1 and "error" not in attack  # exercise 1, graded before the cells that misbehave
+    name = source.name
+    number = after_exercise_1 + 1  # the report counts cells from 1
+    assert attack["report"]["timed out"] == [f"{name}: cell {number + 3}"]
+    assert f"{name}: cell {number + 2} (MemoryError)" in attack["report"]["raised"]
+    assert attack["report"]["missing"] == [f"{name}: ex2-tests"]
+    assert not _alive(int((tmp_path / "child.pid").read_text()))
     print_scores(scores)  # what `albert-edu classroom autograde` prints
-    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
-    assert rows["blank"][-1] == f"0/{full['max_code']:g}" and rows["teacher"][-1] == f"{full['max_code']:g}/{full['max_code']:g}"
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[:len(submissions) + 1]}
+    assert rows["blank"][-1] == "0/3" and rows["teacher"][-1] == "3/3" and rows["hostile"][-1] == "1/3"
+    assert any(line.startswith("hostile ch01: timed out: ") and "missing: " in line for line in lines)

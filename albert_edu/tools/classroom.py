@@ -21,6 +21,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 from albert_edu.tools.manifest import BUILD, CHAPTERS, kernel_env, load_book
@@ -218,33 +220,152 @@ def free_tests(student: Path, source: Path) -> list[str]:
     return passing
 
 
-def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None) -> dict[tuple[str, str], dict]:
+GRADING_CONFIG = """
+# Grading of one submission, apart (classroom.autograde): nbgrader's preprocessors, with its Execute guarded
+c.CourseDirectory.db_url = {db_url!r}
+c.Autograde.autograde_preprocessors = [
+    "albert_edu.tools.grading.GuardedExecute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+c.GuardedExecute.memory_limit_mb = {memory_limit_mb}
+c.GuardedExecute.interrupt_grace_s = {grace_s}
+"""
+INTERRUPT_GRACE_S = 5.0  # how long a timed-out cell has to stop after SIGINT before its kernel is killed
+
+
+def autograde(course: Path = COURSE_DIR, time_limit_s: float | None = None,
+              memory_limit_mb: int = 0) -> dict[tuple[str, str], dict]:
     """Grade every submission in course/submitted. Returns {(student, assignment): scores}: the points of the
-    code tests ("code", out of "max_code") and the points of written answers, which a teacher grades by hand
-    in nbgrader's formgrader ("max_written"). A cell that runs longer than time_limit_s (default: book.toml's
-    cell_timeout_s) is interrupted and the rest of the notebook graded. A submission that cannot be graded (not a
-    notebook, refused by nbgrader, or still running after (cells + 1) x time_limit_s) scores 0, with the reason
-    under "error"; the other submissions are graded all the same."""
+    code tests ("code", out of "max_code"), the points of written answers, which a teacher grades by hand in
+    nbgrader's formgrader ("max_written"), and what went wrong in the graded notebook ("report": the cells that
+    timed out, raised or were missing). Each submission is graded in a temporary copy of its assignment (grade_apart),
+    so that its code reaches neither the other submissions nor the course by relative paths; the grades and the
+    graded notebook are then copied into the course. A cell that runs longer than time_limit_s (default: book.toml's
+    cell_timeout_s) is interrupted, and its kernel killed if the interrupt does not stop it; the rest of the
+    notebook is graded. memory_limit_mb caps each kernel's address space (0: no cap). A submission that cannot be
+    graded (not a notebook, refused by nbgrader, or still running after its notebook's time limit) scores 0, with
+    the reason under "error"; the other submissions are graded all the same."""
     course = Path(course).resolve()
     submitted = sorted((course / "submitted").glob("*/ch*"))
     if not submitted:
         raise ClassroomError(f"no submissions in {course / 'submitted'}: expected "
                              f"submitted/<student>/<assignment>/<notebook>.ipynb")
+    if memory_limit_mb < 0:
+        raise ClassroomError(f"memory_limit_mb={memory_limit_mb}: expected a number of MiB, or 0 for no limit")
     limit = time_limit_s or load_book().cell_timeout_s
-    failed = {}
-    for folder in submitted:
-        try:
-            cells = _check_notebooks(folder)
-            nbgrader(course, "autograde", folder.name, "--student", folder.parent.name, "--force",
-                     f"--Execute.timeout={max(1, math.ceil(limit))}", time_limit_s=limit * (cells + 1))
-        except ClassroomError as error:
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-            failed[(folder.parent.name, folder.name)] = " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)
+    failed, reports = {}, {}
+    with tempfile.TemporaryDirectory(prefix="albert-edu-gradebook-") as tmp:
+        blank = _blank_gradebook(course / "gradebook.db", Path(tmp) / "gradebook.db")
+        for folder in submitted:
+            key = (folder.parent.name, folder.name)
+            try:
+                reports[key] = grade_apart(course, folder, limit, memory_limit_mb, blank)
+            except ClassroomError as error:
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                failed[key] = " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)
     scores = read_scores(course, skip=set(failed))
+    for key, report in reports.items():
+        scores[key]["report"] = report
     for (student, assignment), reason in failed.items():
         code, written = assignment_points(course, assignment)
         scores[(student, assignment)] = {"code": 0, "max_code": code, "max_written": written, "error": reason}
     return scores
+
+
+def _blank_gradebook(gradebook: Path, blank: Path) -> Path:
+    """A copy of the course's gradebook without its students and their submissions: the assignments' cells, which
+    grading needs, and nothing a submission could read about the others."""
+    from nbgrader.api import Gradebook
+
+    if not gradebook.is_file():
+        raise ClassroomError(f"no gradebook at {gradebook}: expected `albert-edu classroom build` to have made it")
+    shutil.copy(gradebook, blank)
+    with Gradebook(f"sqlite:///{blank}") as copy:
+        for student in [s.id for s in copy.students]:
+            copy.remove_student(student)
+    return blank
+
+
+def grade_apart(course: Path, folder: Path, time_limit_s: float, memory_limit_mb: int, blank: Path) -> dict[str, list]:
+    """Grade the submission in `folder` (course/submitted/<student>/<assignment>) in a temporary course that holds
+    only its assignment's source and this submission, with a copy of the `blank` gradebook (_blank_gradebook)
+    outside that course; then copy the graded notebooks to course/autograded and the grades into the course's
+    gradebook. Returns the report of `graded_report`."""
+    student, assignment = folder.parent.name, folder.name
+    cells = _check_notebooks(folder)
+    with tempfile.TemporaryDirectory(prefix="albert-edu-grading-") as tmp:
+        apart, private = Path(tmp) / "course", Path(tmp) / "private"
+        private.mkdir()
+        shutil.copytree(course / "source" / assignment, apart / "source" / assignment)
+        shutil.copytree(folder, apart / "submitted" / student / assignment)
+        db = Path(shutil.copy(blank, private / "gradebook.db"))
+        (apart / "nbgrader_config.py").write_text(
+            CONFIG.format(root=str(apart), timeout=max(1, math.ceil(time_limit_s)))
+            + GRADING_CONFIG.format(db_url=f"sqlite:///{db}", memory_limit_mb=int(memory_limit_mb),
+                                    grace_s=INTERRUPT_GRACE_S))
+        # each cell may use its limit, then the grace after an interrupt and a fresh kernel's start
+        nbgrader(apart, "autograde", assignment, "--student", student, "--force",
+                 time_limit_s=(time_limit_s + INTERRUPT_GRACE_S + 10) * (cells + 1))
+        graded = apart / "autograded" / student / assignment
+        if not graded.is_dir():
+            raise ClassroomError(f"nbgrader wrote no graded notebook for {student}/{assignment}")
+        shutil.rmtree(course / "autograded" / student / assignment, ignore_errors=True)
+        shutil.copytree(graded, course / "autograded" / student / assignment)
+        _copy_grades(db, course / "gradebook.db", assignment, student)
+    return graded_report(course / "source" / assignment, course / "autograded" / student / assignment)
+
+
+def _copy_grades(source_db: Path, target_db: Path, assignment: str, student: str) -> None:
+    """The submission's automatic grades and comments from one gradebook into another (replacing any earlier
+    grading there), each score at most its cell's points in the target (whose cells the submission cannot touch)."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", "Object of type", SAWarning)  # nbgrader's add_submission, as in its autograde
+    with Gradebook(f"sqlite:///{source_db}") as source, Gradebook(f"sqlite:///{target_db}") as target:
+        done = source.find_submission(assignment, student)
+        target.update_or_create_student(student)
+        try:
+            target.remove_submission(assignment, student)
+            target.db.commit()
+        except MissingEntry:
+            pass
+        target.add_submission(assignment, student, timestamp=done.timestamp)
+        for notebook in done.notebooks:
+            for grade in notebook.grades:
+                copy = target.find_grade(grade.name, notebook.name, assignment, student)
+                copy.auto_score = None if grade.auto_score is None else min(grade.auto_score, copy.max_score)
+                copy.needs_manual_grade = grade.needs_manual_grade
+            for comment in notebook.comments:
+                target.find_comment(comment.name, notebook.name, assignment, student).auto_comment = \
+                    comment.auto_comment
+        target.db.commit()
+
+
+def graded_report(source: Path, graded: Path) -> dict[str, list]:
+    """What went wrong in a graded submission, for the teacher: the cells that timed out or raised (graded cells by
+    their nbgrader name, the others as "cell N" of their notebook), and the graded cells of the source that the
+    submission no longer has."""
+    from albert_edu.tools.grading import KILLED
+
+    report = {"timed out": [], "raised": [], "missing": []}
+    for path in sorted(Path(source).glob("*.ipynb")):
+        expected = [c["metadata"]["nbgrader"]["grade_id"] for c in _cells(path)
+                    if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+        graded_cells = _cells(Path(graded) / path.name) if (Path(graded) / path.name).exists() else []
+        present = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in graded_cells}
+        report["missing"] += [f"{path.name}: {name}" for name in expected if name not in present]
+        for number, cell in enumerate(graded_cells, 1):
+            errors = [o["ename"] for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if not errors:
+                continue
+            name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {number}"
+            if KILLED in errors:
+                report["timed out"].append(f"{path.name}: {name}")
+            else:
+                report["raised"].append(f"{path.name}: {name} ({errors[-1]})")
+    return report
 
 
 def _check_notebooks(folder: Path) -> int:
@@ -306,3 +427,6 @@ def print_scores(scores: dict[tuple[str, str], dict[str, float]]) -> None:
     for (student, assignment), s in sorted(scores.items()):
         if "error" in s:
             print(f"{student} {assignment}: scored 0 because {s['error']}")
+        found = {what: cells for what, cells in s.get("report", {}).items() if cells}
+        if found:
+            print(f"{student} {assignment}: " + "; ".join(f"{what}: {', '.join(cells)}" for what, cells in found.items()))

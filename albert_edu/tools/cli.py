@@ -387,6 +387,9 @@ def configure_classroom(p: argparse.ArgumentParser) -> None:
     autograde = actions.add_parser("autograde", help="grade COURSE/submitted/<student>/<assignment>/ and print the scores")
     autograde.add_argument("--time-limit", type=float, metavar="SECONDS",
                            help="longest a cell of a submission may run (default: book.toml's cell_timeout_s)")
+    autograde.add_argument("--memory-limit", type=int, default=0, metavar="MIB",
+                           help="the most memory (address space, MiB) a submission's kernel may take (default 0: "
+                                "no limit)")
     for q in (build, autograde):
         q.add_argument("--course", type=Path, default=COURSE_DIR, help="course directory (default: _build/classroom)")
 
@@ -400,7 +403,9 @@ def classroom(args) -> None:
     else:
         if args.time_limit is not None and args.time_limit <= 0:
             raise CommandError(f"--time-limit {args.time_limit:g}: expected a positive number of seconds")
-        classroom.print_scores(classroom.autograde(args.course, args.time_limit))
+        if args.memory_limit < 0:
+            raise CommandError(f"--memory-limit {args.memory_limit}: expected a number of MiB, or 0 for no limit")
+        classroom.print_scores(classroom.autograde(args.course, args.time_limit, args.memory_limit))
 
 
 def configure_book(p: argparse.ArgumentParser) -> None:
