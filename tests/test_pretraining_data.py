@@ -3,6 +3,7 @@ command line, and the batch layout."""
 
 import json
 import random
+import shutil
 import subprocess
 from collections import Counter
 import sys
@@ -152,6 +153,22 @@ def test_cli_rejects_bad_arguments(arguments, message, tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--out", str(tmp_path / "x"),
                              *arguments], capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr
+
+
+def test_cli_refuses_to_write_no_examples(tmp_path):
+    """An empty training split (or one with no document of two sentences) is an error that names the file and the
+    command that rebuilds it, and writes nothing: an empty examples file would pass for a finished one."""
+    from albert_edu.corpus import DATA_DIR
+
+    (tmp_path / "prepared").mkdir()
+    (tmp_path / "prepared" / "train.jsonl").write_text("")
+    shutil.copytree(DATA_DIR / "tokenizer", tmp_path / "tokenizer")
+    out = tmp_path / "examples.jsonl"
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--objective", "sop", "--out", str(out),
+                             "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 1 and not out.exists()
+    assert f"no sop examples from the 0 documents of {tmp_path / 'prepared' / 'train.jsonl'}" in result.stderr
+    assert "run `albert-edu prepare-data`" in result.stderr
 
 
 LONG = 2000  # no truncation and one chunk per document for the generated documents below

@@ -105,6 +105,10 @@ def make_examples(args) -> None:
     documents = load_documents(args.split, args.data_dir)
     tokenizer = Tokenizer.load(args.tokenizer or args.data_dir / "tokenizer")
     examples = create_examples(documents, tokenizer, args.objective, args.max_seq_len, args.seed, args.pairs)
+    if not examples:  # nothing is written: an empty file would pass for a finished one
+        raise CommandError(f"no {args.objective} examples from the {len(documents)} documents of "
+                           f"{args.data_dir / 'prepared' / (args.split + '.jsonl')}: expected documents of at least "
+                           f"two sentences; run `{PROG} prepare-data` to rebuild the prepared corpus")
     write_examples(examples, args.out)
     print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents "
           f"to {args.out}")
