@@ -322,8 +322,9 @@ def _copy_grades(source_db: Path, target_db: Path, assignment: str, student: str
     from nbgrader.api import Gradebook, MissingEntry
     from sqlalchemy.exc import SAWarning
 
-    warnings.filterwarnings("ignore", "Object of type", SAWarning)  # nbgrader's add_submission, as in its autograde
-    with Gradebook(f"sqlite:///{source_db}") as source, Gradebook(f"sqlite:///{target_db}") as target:
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{source_db}") as source, \
+            Gradebook(f"sqlite:///{target_db}") as target:
+        warnings.filterwarnings("ignore", "Object of type", SAWarning)  # nbgrader's add_submission, as in its autograde
         done = source.find_submission(assignment, student)
         target.update_or_create_student(student)
         try:
@@ -353,7 +354,8 @@ def graded_report(source: Path, graded: Path) -> dict[str, list]:
     for path in sorted(Path(source).glob("*.ipynb")):
         expected = [c["metadata"]["nbgrader"]["grade_id"] for c in _cells(path)
                     if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
-        graded_cells = _cells(Path(graded) / path.name) if (Path(graded) / path.name).exists() else []
+        submitted = Path(graded) / path.name
+        graded_cells = _cells(submitted) if submitted.exists() else []
         present = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in graded_cells}
         report["missing"] += [f"{path.name}: {name}" for name in expected if name not in present]
         for number, cell in enumerate(graded_cells, 1):

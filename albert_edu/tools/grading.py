@@ -67,7 +67,7 @@ class GuardedExecute(Execute):
                             "traceback": [f"\x1b[0;31m{KILLED}\x1b[0m: {message}"]}}
 
     async def _async_cleanup_kernel(self):
-        group = getattr(getattr(self.km, "provisioner", None), "pgid", None) if self.km is not None else None
+        group = self.km.provisioner.pgid if self.km is not None and self.km.provisioner is not None else None
         try:
             await super()._async_cleanup_kernel()
         finally:
