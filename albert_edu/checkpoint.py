@@ -145,9 +145,15 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
     path.mkdir(parents=True, exist_ok=True)
     weights, other = (WEIGHTS, OUR_WEIGHTS) if as_transformers else (OUR_WEIGHTS, WEIGHTS)
     tmp_weights, tmp_config = path / (weights + ".tmp"), path / (CONFIG + ".tmp")
-    save_file(state, tmp_weights, metadata={"format": "pt"})
     data = config_to_json(c, type(model).__name__, model.checkpoint_fields())
-    tmp_config.write_text(json.dumps(data, indent=2) + "\n")
+    try:
+        save_file(state, tmp_weights, metadata={"format": "pt"})
+        tmp_config.write_text(json.dumps(data, indent=2) + "\n")
+    except (OSError, SafetensorError) as error:  # a full disk, most often: no half-written file is left
+        tmp_weights.unlink(missing_ok=True)
+        tmp_config.unlink(missing_ok=True)
+        raise OSError(f"could not write the model to {path} ({error}); expected room for "
+                      f"{sum(t.numel() * t.element_size() for t in state.values()):,} bytes of weights") from None
     tmp_weights.replace(path / weights)
     tmp_config.replace(path / CONFIG)
     (path / other).unlink(missing_ok=True)  # weights of an earlier save in the other layout
@@ -167,7 +173,10 @@ def read_checkpoint(path) -> tuple[AlbertConfig, dict[str, torch.Tensor], dict]:
         raise FileNotFoundError(f"{path / WEIGHTS} not found{hint}")
     weights = found[0]
     try:
-        data = json.loads((path / CONFIG).read_text())
+        data = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path / CONFIG} is not UTF-8 text (byte {error.start}): expected the JSON of a "
+                         f"config.json") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path / CONFIG} is not valid JSON: {error}") from None
     try:

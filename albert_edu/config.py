@@ -30,8 +30,8 @@ def _check_config(c) -> None:
             raise ValueError(f"AlbertConfig.{name}={value!r}: expected a probability in [0, 1)")
     for name in ("layer_norm_eps", "initializer_range"):
         value = getattr(c, name)
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"AlbertConfig.{name}={value!r}: expected a positive number")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+            raise ValueError(f"AlbertConfig.{name}={value!r}: expected a positive finite number")
     if c.hidden_size % c.num_attention_heads:
         raise ValueError(f"AlbertConfig.hidden_size={c.hidden_size} is not divisible by "
                          f"num_attention_heads={c.num_attention_heads}: every head gets H/A dimensions")

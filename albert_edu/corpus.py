@@ -14,7 +14,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import mwparserfromhell
@@ -277,8 +277,33 @@ def load_documents(split: str, data_dir: Path = DATA_DIR) -> list[Document]:
     path = data_dir / "prepared" / f"{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `albert-edu prepare-data` (make does it for you)")
-    with open(path, encoding="utf-8") as f:
-        return [Document(**json.loads(line)) for line in f]
+    with open(path, "rb") as f:
+        return [_read_document(line, path, number) for number, line in enumerate(f, 1)]
+
+
+def _read_document(line: bytes, path: Path, number: int) -> Document:
+    """One line of a prepared split as prepare_corpus writes it; CorpusError naming the file and line otherwise."""
+    problem = None
+    if not line.endswith(b"\n"):
+        problem = "ends without a newline (the file was cut short)"
+    else:
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            problem = "is not UTF-8 text"
+        except json.JSONDecodeError as error:
+            problem = f"is not a JSON record ({error.msg})"
+        else:
+            expected = sorted(f.name for f in fields(Document))
+            if not isinstance(record, dict) or sorted(record) != expected:
+                got = sorted(record) if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+                problem = f"holds {got}; expected a record of the fields {expected}"
+            elif not all(isinstance(record[k], str) for k in ("id", "title", "source")) or not isinstance(
+                    record["sentences"], list) or not all(isinstance(s, str) for s in record["sentences"]):
+                problem = "has a field of the wrong type: expected id, title and source strings and a list of sentences"
+    if problem:
+        raise CorpusError(f"{path}, line {number} {problem}; run `albert-edu prepare-data` to rebuild the prepared corpus")
+    return Document(**record)
 
 
 __all__ = ['DATA_DIR', 'GENSIM_WHEEL', 'MEMBERS', 'CorpusError', 'sha256', 'write_atomically', 'fetch_sources', 'DROPPED_SECTIONS', 'DROPPED_TAGS', 'DROPPED_LINKS', 'clean_wikitext', 'split_sentences', 'MAX_SENTENCE_CHARS', 'Document', 'Report', 'make_document', 'read_wikipedia', 'read_text_documents', 'RECIPE_VERSION', 'is_validation', 'prepare_corpus', 'load_documents']

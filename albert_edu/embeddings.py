@@ -38,8 +38,10 @@ def check_inputs(c: AlbertConfig, input_ids: torch.Tensor, token_type_ids: torch
     if length > c.max_position_embeddings:
         raise ValueError(f"sequence length {length} exceeds max_position_embeddings={c.max_position_embeddings}")
     for name, ids, size in (("input_ids", input_ids, c.vocab_size), ("token_type_ids", token_type_ids, c.type_vocab_size)):
-        if ids is None or ids.numel() == 0:
+        if ids is None:
             continue
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"{name} must be an integer tensor like input_ids; got a {type(ids).__name__}")
         if ids.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(ids.shape)}; expected {tuple(input_ids.shape)} like input_ids")
         if ids.dtype not in (torch.int64, torch.int32):

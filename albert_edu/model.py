@@ -139,6 +139,9 @@ class AlbertSOPHead(nn.Module):
 
 
 def check_labels(labels: torch.Tensor, shape: tuple, num_classes: int, name: str) -> None:
+    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.long:
+        got = labels.dtype if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise ValueError(f"{name} is {got}; expected a tensor of class ids of dtype torch.long (int64)")
     if tuple(labels.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(labels.shape)}; expected {tuple(shape)}")
     valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from albert_edu.checkpoint import transformers_expressible
@@ -38,7 +39,15 @@ class ExampleStream:
             self._examples = create_examples(self.documents, self.tokenizer, self.objective, self.max_seq_len, seed,
                                              self.pairs)
             random.Random(seed).shuffle(self._examples)
+            if not self._examples:  # take() would wait for ever for a batch
+                raise ValueError(f"the {len(self.documents)} training documents make no {self.objective} examples: "
+                                 f"expected documents of at least two sentences")
         return self._examples
+
+    def prepare(self) -> int:
+        """Make the examples of the epoch the stream is in now rather than at the first take(), so that data that
+        make none fail before a run writes anything; return how many there are."""
+        return len(self._epoch_examples())
 
     def take(self, n: int) -> list:
         """The next n examples, crossing into the next epoch when this one runs out."""
@@ -70,19 +79,27 @@ def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleS
     root = out_dir / "checkpoints"
     final, tmp = root / f"step-{step:07d}", root / f"step-{step:07d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, layout=layout(model.config))
-    moments = {f"{i}.{name}": value for i, p in enumerate(_parameters(optimizer))
-               for name, value in optimizer.state.get(p, {}).items() if torch.is_tensor(value)}
-    rng = {"torch_rng_state": torch.get_rng_state()}
-    if any(p.is_cuda for p in _parameters(optimizer)):  # dropout on a GPU draws from the GPU's generator
-        rng["cuda_rng_state"] = torch.cuda.get_rng_state()
-    save_file({**{k: v.detach().cpu() for k, v in moments.items()}, **rng}, tmp / "optimizer.safetensors")
-    meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
-    (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    (root / "latest.tmp").write_text(final.name)
-    os.replace(root / "latest.tmp", root / "latest")
+    try:
+        model.save_pretrained(tmp, layout=layout(model.config))
+        moments = {f"{i}.{name}": value for i, p in enumerate(_parameters(optimizer))
+                   for name, value in optimizer.state.get(p, {}).items() if torch.is_tensor(value)}
+        rng = {"torch_rng_state": torch.get_rng_state()}
+        if any(p.is_cuda for p in _parameters(optimizer)):  # dropout on a GPU draws from the GPU's generator
+            rng["cuda_rng_state"] = torch.cuda.get_rng_state()
+        save_file({**{k: v.detach().cpu() for k, v in moments.items()}, **rng}, tmp / "optimizer.safetensors")
+        meta = {"step": step, "stream": stream.position(), "run": run_identity(model.config, config, stream)}
+        (tmp / "state.json").write_text(json.dumps(meta, indent=2) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        (root / "latest.tmp").write_text(final.name)
+        os.replace(root / "latest.tmp", root / "latest")
+    except (OSError, SafetensorError) as error:  # a full disk, most often: leave no half-written checkpoint
+        shutil.rmtree(tmp, ignore_errors=True)
+        (root / "latest.tmp").unlink(missing_ok=True)
+        kept = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
+        raise OSError(f"could not write the checkpoint of step {step} in {root} ({error}); "
+                      + (f"the last complete one, {root / kept}, is intact" if kept else "no checkpoint was saved")
+                      + ": free some space, then resume with --resume") from None
     for old in root.glob("step-*"):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)

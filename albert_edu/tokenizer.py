@@ -53,6 +53,7 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     if (out_dir / "spiece.model").exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
         return out_dir / "spiece.model"
     out_dir.mkdir(parents=True, exist_ok=True)
+    stamp_path.unlink(missing_ok=True)  # until the new stamp is written, no model here passes for a finished one
     sentences = [normalize(s) for doc in load_documents("train", data_dir) for s in doc.sentences]
     try:
         _train(out_dir, vocab_size, sentences)

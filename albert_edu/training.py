@@ -265,6 +265,11 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed, config.pairs)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
+    try:  # the first batch's examples, made before anything is written: data that make none fail here
+        stream.prepare()
+    except ValueError as error:
+        raise ValueError(f"{data_dir / 'prepared' / 'train.jsonl'}: {error}; run `albert-edu prepare-data` to "
+                         f"rebuild the prepared corpus") from None
     if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
         kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
         (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
@@ -317,6 +322,9 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
     run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from, device, precision, compile)
     validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len,
                                      pairs=config.pairs)
+    if not all(validation.values()):  # checked before training, not after it
+        raise ValueError(f"{data_dir / 'prepared' / 'validation.jsonl'} makes no held-out pairs: expected documents "
+                         f"of at least two sentences; run `albert-edu prepare-data` to rebuild the prepared corpus")
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = run.rank == 0
     metrics, started, tokens, result = {}, time.perf_counter(), 0, None
