@@ -1,6 +1,8 @@
 """Fixtures shared by the unit tests: the book's tokenizer and held-out documents (both built by
 `albert-edu prepare-data` and `albert-edu train-tokenizer`, which `make test` runs first), loaded once."""
 
+from pathlib import Path
+
 import pytest
 
 from albert_edu.corpus import load_documents
@@ -28,3 +30,22 @@ def small_validation(monkeypatch):
     full = training.validation_examples
     monkeypatch.setattr(training, "validation_examples",
                         lambda *args, **kwargs: full(*args, **{**kwargs, "max_examples": 32}))
+
+
+@pytest.fixture
+def prepared_copy():
+    """make(data, train=None): a data directory `data` whose prepared training split is the book's held-out one
+    (small) or the bytes `train`, with the book's held-out split and tokenizer: enough for load_documents,
+    train_tokenizer and pretrain to read damaged or empty data."""
+    from albert_edu.corpus import DATA_DIR
+
+    def make(data: Path, train: bytes | None = None) -> Path:
+        (data / "prepared").mkdir(parents=True)
+        held_out = (DATA_DIR / "prepared" / "validation.jsonl").read_bytes()
+        (data / "prepared" / "train.jsonl").write_bytes(held_out if train is None else train)
+        (data / "prepared" / "validation.jsonl").write_bytes(held_out)
+        (data / "prepared" / "stats.json").write_text('{"train": "the held-out split"}\n')
+        (data / "tokenizer").symlink_to(DATA_DIR / "tokenizer")
+        return data
+
+    return make

@@ -15,6 +15,7 @@ from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, THROUGHPUT_FILE,
                                   check_ablation_recipe, compare, depth_scores, forward_flops, load_throughput,
                                   measure_throughput, plan, read_plan, unique_runs, welch)
 from albert_edu.config import AlbertConfig
+from albert_edu.corpus import DATA_DIR
 from albert_edu.experiments import RESULTS_DIR, run_dir, run_key
 from albert_edu.model import AlbertForPreTraining
 
@@ -201,6 +202,42 @@ def test_a_committed_grid_is_the_current_recipe_with_every_seed_and_document(rec
             s = cell_scores(results, table, cell, draws=100)
             assert len(s["seed_losses"]) == seeds and s["loss_interval"][0] <= s["loss"] <= s["loss_interval"][1]
     assert set(read_plan(results, draws=100)) == set(plan(recipe))
+
+
+def test_a_grid_carried_over_to_new_fingerprints_must_have_been_trained_again_the_same(tmp_path, monkeypatch):
+    """albert-edu ablations --rekey: the runs named are trained again (here: a stand-in that returns their committed
+    summaries with another time and key); only if each equals the committed one are today's keys written, with a
+    record; one field that differs (a loss in the fourth decimal) refuses it."""
+    import albert_edu.experiments as experiments
+    from albert_edu.tools.rekey import rekey
+
+    committed = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
+    runs = {r.name: r for r in unique_runs(ablation_runs("book"))}
+    again = {name: {**summary, "key": "0" * 16, "seconds": 1.0} for name, summary in committed["runs"].items()}
+    monkeypatch.setattr(experiments, "train_all", lambda chosen, *args: [tmp_path / r.name for r in chosen])
+    monkeypatch.setattr(experiments, "run_summary", lambda path: again[path.name])
+    checked = ["ablation-all-E16-s0-book", "ablation-none-E128-s0-book"]
+    carried = rekey({**committed, "runs": {n: {**s, "key": "stale"} for n, s in committed["runs"].items()}}, "book",
+                    checked, tmp_path, DATA_DIR)
+    assert {n: s["key"] for n, s in carried["runs"].items()} == {n: run_key(r) for n, r in runs.items()}
+    assert {n: {**s, "key": None} for n, s in carried["runs"].items()} == \
+        {n: {**s, "key": None} for n, s in committed["runs"].items()}  # nothing else changed
+    assert carried["rekeyed"][-1]["checked"] == checked and set(carried["rekeyed"][-1]["keys_before"].values()) == {"stale"}
+    loss = again[checked[1]]["loss"]
+    again[checked[1]]["loss"] = loss[:-1] + [[loss[-1][0], loss[-1][1] + 1e-4]]
+    with pytest.raises(ValueError, match=f"{checked[1]}, trained again by today's code, differs from the committed "
+                                         f"run in \\['loss'\\]: the change altered training"):
+        rekey(committed, "book", checked, tmp_path, DATA_DIR)
+    with pytest.raises(ValueError, match="expected one or more runs of the 'book' grid \\(unknown: \\['nosuch'\\]\\)"):
+        rekey(committed, "book", ["nosuch"], tmp_path, DATA_DIR)
+
+
+def test_a_carried_over_grid_records_the_runs_trained_again_and_the_keys_before():
+    for recipe in ("book", "full"):
+        results = json.loads((RESULTS_DIR / f"ablations-{recipe}.json").read_text())
+        for record in results.get("rekeyed", []):
+            assert record["checked"] and set(record["checked"]) <= set(results["runs"]) and record["commit"]
+            assert set(record["keys_before"]) == set(results["runs"])
 
 
 def test_the_committed_timings_are_of_todays_geometries_with_every_round():

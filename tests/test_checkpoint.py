@@ -41,6 +41,31 @@ def test_a_config_json_that_is_not_an_object_is_refused(tmp_path):
         AlbertModel.from_pretrained(tmp_path)
 
 
+def test_a_config_json_that_is_not_utf8_is_an_error_naming_it(tmp_path):
+    AlbertModel(TINY).save_pretrained(tmp_path)
+    text = (tmp_path / "config.json").read_bytes()
+    (tmp_path / "config.json").write_bytes(text.replace(b'"albert"', b'"alb\xe9rt"'))
+    with pytest.raises(ValueError, match=f"{tmp_path / 'config.json'} is not UTF-8 text \\(byte \\d+\\): expected"):
+        AlbertModel.from_pretrained(tmp_path)
+
+
+def test_a_save_that_runs_out_of_disk_leaves_the_earlier_files_and_no_partial_one(tmp_path, monkeypatch):
+    import albert_edu.checkpoint as checkpoint
+
+    AlbertModel(TINY).save_pretrained(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def disk_full(tensors, path, metadata=None):
+        open(path, "wb").write(b"\0" * 100)  # part of the file, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_file", disk_full)
+    with pytest.raises(OSError, match=f"could not write the model to {tmp_path} \\(.*No space left on device\\); "
+                                      f"expected room for [0-9,]+ bytes of weights"):
+        AlbertModel(TINY).save_pretrained(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def test_saving_in_our_own_layout_by_default_says_so(tmp_path):
     model = AlbertModel(AlbertConfig(**{**TINY.to_dict(), "sharing": "ffn"}))
     with pytest.warns(UserWarning, match="sharing='ffn' cannot be expressed in transformers' layout"):

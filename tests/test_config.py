@@ -76,6 +76,9 @@ def test_to_dict_round_trips():
     (dict(num_hidden_layers=True), "num_hidden_layers=True"),
     (dict(hidden_dropout_prob=1.0), "hidden_dropout_prob=1.0: expected a probability"),
     (dict(layer_norm_eps=0), "layer_norm_eps=0"),
+    (dict(layer_norm_eps=float("nan")), "layer_norm_eps=nan: expected a positive finite number"),
+    (dict(initializer_range=float("inf")), "initializer_range=inf: expected a positive finite number"),
+    (dict(initializer_range=True), "initializer_range=True: expected a positive finite number"),
     (dict(hidden_act="swish"), "hidden_act='swish'"),
     (dict(pad_token_id=30000), "pad_token_id=30000"),
 ])

@@ -211,3 +211,59 @@ def test_cli_reports_an_impossible_vocabulary_size(tmp_path):
     result = subprocess.run([sys.executable, "-m", "albert_edu", "train-tokenizer", "--vocab-size", "3",
                              "--out", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode != 0 and "vocab_size=3: expected more than the 5 special tokens" in result.stderr
+
+
+GOOD_LINE = json.dumps({"id": "x:1", "title": "T", "source": "x", "sentences": ["One.", "Two."]}).encode() + b"\n"
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (GOOD_LINE + b'{"id": "x:2", "title": "caf\xe9"}\n', "line 2 is not UTF-8 text"),
+    (GOOD_LINE + GOOD_LINE[:30], "line 2 ends without a newline (the file was cut short)"),
+    (GOOD_LINE + GOOD_LINE[:27] + b"\n", "line 2 is not a JSON record (Expecting property name"),
+    (GOOD_LINE + b'{"id": "x:2", "title": "T", "source": "x"}\n',
+     "line 2 holds ['id', 'source', 'title']; expected a record of the fields ['id', 'sentences', 'source', 'title']"),
+    (GOOD_LINE + b'["x:2", "T", "x", []]\n', "line 2 holds a JSON list"),
+    (GOOD_LINE + b'{"id": 2, "title": "T", "source": "x", "sentences": ["One.", "Two."]}\n',
+     "line 2 has a field of the wrong type"),
+])
+def test_damaged_prepared_data_is_an_error_naming_the_file_and_line(damage, problem, tmp_path, prepared_copy):
+    data = prepared_copy(tmp_path / "data", train=damage)
+    with pytest.raises(CorpusError) as error:
+        load_documents("train", data)
+    assert str(error.value).startswith(f"{data / 'prepared' / 'train.jsonl'}, {problem}")
+    assert str(error.value).endswith("run `albert-edu prepare-data` to rebuild the prepared corpus")
+
+
+def test_a_command_on_damaged_prepared_data_exits_1_with_the_message_and_writes_nothing(tmp_path, prepared_copy):
+    data = prepared_copy(tmp_path / "data", train=GOOD_LINE[:-1])
+    result = subprocess.run([sys.executable, "-m", "albert_edu", "make-examples", "--objective", "sop", "--out",
+                             str(tmp_path / "x.jsonl"), "--data-dir", str(data)], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr == (
+        f"error: {data / 'prepared' / 'train.jsonl'}, line 1 ends without a newline (the file was cut short); run "
+        f"`albert-edu prepare-data` to rebuild the prepared corpus\n")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_tokenizer_interrupted_after_its_model_is_not_taken_for_a_finished_one(tmp_path, monkeypatch, prepared_copy):
+    """The stamp that says which vocabulary a spiece.model was trained for goes before training starts, so a
+    model written by a run that then failed is retrained, not returned for another vocabulary size."""
+    import albert_edu.tokenizer as tokenizer_module
+
+    held_out = (ROOT / "data" / "prepared" / "validation.jsonl").read_bytes().splitlines(keepends=True)
+    data = prepared_copy(tmp_path / "data", train=b"".join(held_out[:60]))
+    out = tmp_path / "tokenizer"
+    assert Tokenizer(tokenizer_module.train_tokenizer(out, 400, data)).vocab_size == 400
+    trained = tokenizer_module._train
+
+    def interrupted_after_the_model(*args):
+        trained(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tokenizer_module, "_train", interrupted_after_the_model)
+    with pytest.raises(KeyboardInterrupt):
+        tokenizer_module.train_tokenizer(out, 500, data)
+    assert Tokenizer(out / "spiece.model").vocab_size == 500 and not (out / "training.json").exists()
+    calls = []
+    monkeypatch.setattr(tokenizer_module, "_train", lambda *args: calls.append(args[1]))
+    tokenizer_module.train_tokenizer(out, 400, data)  # trains again rather than return the 500-piece model
+    assert calls == [400]

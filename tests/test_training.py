@@ -209,6 +209,39 @@ def test_cli_reports_missing_data(tmp_path, capsys):
     assert code != 0 and "train-tokenizer" in stderr
 
 
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_split_that_makes_no_examples_stops_the_command_before_it_writes_anything(split, tmp_path, capsys,
+                                                                                   prepared_copy):
+    """An empty training split made pretrain wait for ever for its first batch, and the log it had opened blocked a
+    plain re-run; an empty held-out split failed only after the training."""
+    data = prepared_copy(tmp_path / "data")
+    (data / "prepared" / f"{split}.jsonl").write_text("")
+    code, stderr = pretrain_command("--out", str(tmp_path / "run"), "--data-dir", str(data), capsys=capsys)
+    made = "the 0 training documents make no sop examples" if split == "train" else "makes no held-out pairs"
+    assert code == 1 and stderr.startswith(f"error: {data / 'prepared' / (split + '.jsonl')}")
+    assert made in stderr and stderr.endswith("run `albert-edu prepare-data` to rebuild the prepared corpus\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_on_a_full_disk_exits_1_naming_the_checkpoint_with_no_partial_file(tmp_path):
+    """The same with the operating system's own error, from a process whose files may not exceed 1 MB (the model's
+    weights are 5.8 MB): RLIMIT_FSIZE stands in for a full disk, which an unprivileged test cannot make."""
+    import resource
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so that a write past the limit fails instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, resource.RLIM_INFINITY))
+
+    result = subprocess.run(COMMAND + ["--out", str(tmp_path / "run"), "--steps", "4", "--save-every", "2"],
+                            capture_output=True, text=True, preexec_fn=small_files)
+    error = result.stderr.splitlines()[-1]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert error.startswith(f"error: could not write the checkpoint of step 2 in {tmp_path / 'run' / 'checkpoints'}")
+    assert "File too large" in error and error.endswith("no checkpoint was saved: free some space, then resume with "
+                                                        "--resume")
+    assert not list((tmp_path / "run").rglob("*.tmp")) and not (tmp_path / "run" / "model.safetensors").exists()
+
+
 SMALL = dict(steps=6, batch_size=8, max_seq_len=32, warmup_steps=1)
 NO_DROPOUT = AlbertConfig.from_preset("tiny", classifier_dropout_prob=0.0)
 
@@ -325,10 +358,13 @@ def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(t
         saved(tensors, path, **kwargs)
         raise OSError(28, "No space left on device")
 
-    with monkeypatch.context() as patched, pytest.raises(OSError, match="No space left on device"):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    with monkeypatch.context() as patched, pytest.raises(
+            OSError, match=f"could not write the checkpoint of step 4 in {checkpoints} \\(.*No space left on device"
+                           f"\\); the last complete one, {checkpoints / 'step-0000002'}, is intact"):
         patched.setattr(resume, "save_file", full_disk)
         pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
-    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-0000002"]  # no step-0000004.tmp
     assert (checkpoints / "latest").read_text() == "step-0000002"
     result = pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # resumes from step 2
     assert result["step"] == 6

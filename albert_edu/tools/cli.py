@@ -321,6 +321,10 @@ def configure_ablations(p: argparse.ArgumentParser) -> None:
                         "about 2 hours on 2 cores; a killed command resumes where it stopped)")
     _grid_options(p, f"{RESULTS_DIR}/ablations-RECIPE.json")
     _data_dir_option(p)
+    p.add_argument("--rekey", nargs="+", metavar="RUN",
+                   help="after a change to the training code that should leave every weight as it was: train these "
+                        "runs again, and only if each equals its committed summary write today's fingerprints into "
+                        "the results file (albert_edu/tools/rekey.py)")
 
 
 def ablations(args) -> None:
@@ -328,8 +332,18 @@ def ablations(args) -> None:
     from albert_edu.corpus import write_atomically
     from albert_edu.experiments import RESULTS_DIR
 
-    results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
     out = args.out or RESULTS_DIR / f"ablations-{args.recipe}.json"
+    if args.rekey:
+        from albert_edu.tools.rekey import rekey
+
+        if not out.is_file():
+            raise CommandError(f"--rekey: no results file {out} to carry over; train the grid without --rekey")
+        results = rekey(json.loads(out.read_text()), args.recipe, args.rekey, _check_grid(args), args.data_dir,
+                        args.workers)
+        write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
+        print(f"wrote {out}: today's fingerprints, after {', '.join(args.rekey)} trained again equal the committed runs")
+        return
+    results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
     write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
     print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
           f"{results['minutes']} minutes for this call")
