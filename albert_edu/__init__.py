@@ -124,6 +124,7 @@ _ELSEWHERE = {
     'continue_from': 'training',
     'start_run': 'training',
     'train_step': 'training',
+    'logged_lines': 'training',
     'RUNS_DIR': 'experiments',
     'RESULTS_DIR': 'experiments',
     'DATA_FILES': 'experiments',

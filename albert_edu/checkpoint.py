@@ -153,7 +153,7 @@ def save_pretrained(model: torch.nn.Module, path, layout: str = "auto") -> None:
         tmp_weights.unlink(missing_ok=True)
         tmp_config.unlink(missing_ok=True)
         raise OSError(f"could not write the model to {path} ({error}); expected room for "
-                      f"{sum(t.numel() * t.element_size() for t in state.values()):,} bytes of weights") from None
+                      f"{sum(t.numel() * t.element_size() for t in state.values()):,} bytes of weights") from error
     tmp_weights.replace(path / weights)
     tmp_config.replace(path / CONFIG)
     (path / other).unlink(missing_ok=True)  # weights of an earlier save in the other layout

@@ -233,8 +233,9 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states)
         logits, loss = self.classifier(self.dropout(out.pooler_output)), None
         if labels is not None and self.num_labels == 1:
-            if labels.numel() != input_ids.shape[0]:
-                raise ValueError(f"labels has shape {tuple(labels.shape)}; expected one value per sequence")
+            if not isinstance(labels, torch.Tensor) or labels.numel() != input_ids.shape[0]:
+                got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+                raise ValueError(f"labels is {got}; expected a tensor of one value per sequence")
             loss = F.mse_loss(logits.view(-1), labels.float().view(-1))
         elif labels is not None:
             check_labels(labels, (input_ids.shape[0],), self.num_labels, "labels")

@@ -5,6 +5,7 @@ Bookkeeping rather than ALBERT, so a plain module that the book uses without wal
 (section 7.4) states what each piece guarantees and shows it, and section 7.6 shows a run killed and resumed
 bit for bit. `config` below is chapter 7's TrainingConfig (any dataclass of the run's settings)."""
 
+import errno
 import json
 import os
 import random
@@ -39,14 +40,11 @@ class ExampleStream:
             self._examples = create_examples(self.documents, self.tokenizer, self.objective, self.max_seq_len, seed,
                                              self.pairs)
             random.Random(seed).shuffle(self._examples)
-            if not self._examples:  # take() would wait for ever for a batch
-                raise ValueError(f"the {len(self.documents)} training documents make no {self.objective} examples: "
-                                 f"expected documents of at least two sentences")
         return self._examples
 
     def prepare(self) -> int:
-        """Make the examples of the epoch the stream is in now rather than at the first take(), so that data that
-        make none fail before a run writes anything; return how many there are."""
+        """Make the examples of the epoch the stream is in now rather than at the first take(), so that a run can
+        refuse data that make none before it writes anything; return how many there are."""
         return len(self._epoch_examples())
 
     def take(self, n: int) -> list:
@@ -54,6 +52,9 @@ class ExampleStream:
         batch = []
         while len(batch) < n:
             examples = self._epoch_examples()
+            if not examples:  # without this check, a wait for ever
+                raise ValueError(f"the {len(self.documents)} training documents make no {self.objective} examples: "
+                                 f"expected documents of at least two sentences")
             chunk = examples[self.index:self.index + n - len(batch)]
             batch += chunk
             self.index += len(chunk)
@@ -96,14 +97,20 @@ def save_checkpoint(out_dir: Path, step: int, model, optimizer, stream: ExampleS
     except (OSError, SafetensorError) as error:  # a full disk, most often: leave no half-written checkpoint
         shutil.rmtree(tmp, ignore_errors=True)
         (root / "latest.tmp").unlink(missing_ok=True)
+        cause = error.__cause__ if isinstance(error.__cause__, (OSError, SafetensorError)) else error
         kept = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
-        raise OSError(f"could not write the checkpoint of step {step} in {root} ({error}); "
-                      + (f"the last complete one, {root / kept}, is intact" if kept else "no checkpoint was saved")
-                      + ": free some space, then resume with --resume") from None
+        space = getattr(cause, "errno", None) in NO_ROOM or any(f"os error {n})" in str(cause) for n in NO_ROOM)
+        raise OSError(f"could not write the checkpoint of step {step} in {root} ({cause}); "
+                      + (f"the last complete one, {root / kept}, is intact and a resumed run continues from it"
+                         if kept else "no checkpoint was saved")
+                      + ("; free some space first" if space else "")) from None
     for old in root.glob("step-*"):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, a file past a size limit, a full quota
 
 
 def load_checkpoint(out_dir: Path, model, optimizer, stream: ExampleStream, config) -> int:

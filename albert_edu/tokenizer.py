@@ -50,7 +50,7 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     stamp = {"vocab_size": vocab_size, "sentencepiece": spm.__version__, "options": TRAINER_OPTIONS, "model_prefix": "",
              "train": (data_dir / "prepared" / "stats.json").read_text()}
     stamp_path = out_dir / "training.json"
-    if (out_dir / "spiece.model").exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
+    if (out_dir / "spiece.model").exists() and _read_stamp(stamp_path) == stamp:
         return out_dir / "spiece.model"
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)  # until the new stamp is written, no model here passes for a finished one
@@ -63,8 +63,16 @@ def train_tokenizer(out_dir: Path = DATA_DIR / "tokenizer", vocab_size: int = 80
     (out_dir / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True, "keep_accents": False, "remove_space": True,
          "model_max_length": 512}, indent=2) + "\n")
-    stamp_path.write_text(json.dumps(stamp))
+    write_atomically(stamp_path, json.dumps(stamp).encode())
     return out_dir / "spiece.model"
+
+
+def _read_stamp(path: Path) -> dict | None:
+    """What a finished train_tokenizer recorded; None when there is no readable record."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 # ALBERT's spm_train settings (its README), except three: one thread and no sampling of the input, so that

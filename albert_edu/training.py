@@ -57,14 +57,16 @@ class TrainingConfig:
             raise ValueError(f"max_seq_len={self.max_seq_len}: expected at least 5")
         if self.pairs not in PAIR_RECIPES:
             raise ValueError(f"pairs={self.pairs!r}: expected one of {PAIR_RECIPES}")
-        if not self.lr > 0:
+        if not 0 < self.lr < float("inf"):
             raise ValueError(f"lr={self.lr}: expected a positive learning rate")
+        if not 0 <= self.weight_decay < float("inf"):
+            raise ValueError(f"weight_decay={self.weight_decay}: expected a finite number >= 0")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer={self.optimizer!r}: expected one of {tuple(OPTIMIZERS)}")
         for name in ("warmup_steps", "save_every", "eval_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a non-negative integer (0: never)")
-        if not self.mlm_weight >= 0 or (self.mlm_weight == 0 and self.objective == "none"):
+        if not 0 <= self.mlm_weight < float("inf") or (self.mlm_weight == 0 and self.objective == "none"):
             raise ValueError(f"mlm_weight={self.mlm_weight} with objective={self.objective!r}: expected a weight >= 0, "
                              f"and above 0 when there is no pair objective")
 
@@ -265,13 +267,12 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed, config.pairs)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
-    try:  # the first batch's examples, made before anything is written: data that make none fail here
-        stream.prepare()
-    except ValueError as error:
-        raise ValueError(f"{data_dir / 'prepared' / 'train.jsonl'}: {error}; run `albert-edu prepare-data` to "
-                         f"rebuild the prepared corpus") from None
+    if stream.prepare() == 0:  # the first batch's examples, made before anything is written (take() would wait)
+        raise ValueError(f"{data_dir / 'prepared' / 'train.jsonl'}: its {len(stream.documents)} documents make no "
+                         f"training examples: expected documents of at least two sentences; run `albert-edu "
+                         f"prepare-data` to rebuild the prepared corpus")
     if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
-        kept = [line for line in (out_dir / "log.jsonl").read_text().splitlines() if json.loads(line)["step"] <= step]
+        kept = [line for line in logged_lines(out_dir / "log.jsonl") if json.loads(line)["step"] <= step]
         (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
     schedule = partial(warmup_then_linear_decay, warmup_steps=config.warmup_steps, total_steps=config.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
@@ -356,8 +357,25 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
 
 
 def _write_line(log, record: dict) -> None:
-    log.write(json.dumps(record) + "\n")
-    log.flush()
+    try:
+        log.write(json.dumps(record) + "\n")
+        log.flush()
+    except OSError as error:  # a full disk: say which file; a resumed run drops the cut line (logged_lines)
+        raise OSError(f"could not write {log.name} ({error.strerror or error})") from None
+
+
+def logged_lines(path: Path) -> list[str]:
+    """The records of a run's log.jsonl, without a last line that a full disk or a kill cut short; ValueError
+    naming the file and line for a damaged line anywhere else."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return lines[:-1]
+            raise ValueError(f"{path}, line {number} is not a JSON record; expected the log that pretrain writes") from None
+    return lines
 
 
 def _progress(total: int, done: int, enabled: bool):
@@ -366,4 +384,4 @@ def _progress(total: int, done: int, enabled: bool):
     return tqdm(total=total, initial=done, disable=not enabled, desc="pre-training", unit="step")
 
 
-__all__ = ['OPTIMIZERS', 'TrainingConfig', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'PRECISIONS', 'resolve_device', 'autocast_dtype', 'to_device', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain']
+__all__ = ['OPTIMIZERS', 'TrainingConfig', 'validation_examples', 'eval_mode', 'predict', 'evaluate', 'PRECISIONS', 'resolve_device', 'autocast_dtype', 'to_device', 'PretrainingRun', 'continue_from', 'start_run', 'train_step', 'pretrain', 'logged_lines']

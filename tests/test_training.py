@@ -217,7 +217,7 @@ def test_a_split_that_makes_no_examples_stops_the_command_before_it_writes_anyth
     data = prepared_copy(tmp_path / "data")
     (data / "prepared" / f"{split}.jsonl").write_text("")
     code, stderr = pretrain_command("--out", str(tmp_path / "run"), "--data-dir", str(data), capsys=capsys)
-    made = "the 0 training documents make no sop examples" if split == "train" else "makes no held-out pairs"
+    made = "its 0 documents make no training examples" if split == "train" else "makes no held-out pairs"
     assert code == 1 and stderr.startswith(f"error: {data / 'prepared' / (split + '.jsonl')}")
     assert made in stderr and stderr.endswith("run `albert-edu prepare-data` to rebuild the prepared corpus\n")
     assert not (tmp_path / "run").exists()
@@ -237,8 +237,7 @@ def test_the_command_on_a_full_disk_exits_1_naming_the_checkpoint_with_no_partia
     error = result.stderr.splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert error.startswith(f"error: could not write the checkpoint of step 2 in {tmp_path / 'run' / 'checkpoints'}")
-    assert "File too large" in error and error.endswith("no checkpoint was saved: free some space, then resume with "
-                                                        "--resume")
+    assert "File too large" in error and error.endswith("no checkpoint was saved; free some space first")
     assert not list((tmp_path / "run").rglob("*.tmp")) and not (tmp_path / "run" / "model.safetensors").exists()
 
 
@@ -361,7 +360,8 @@ def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(t
     checkpoints = tmp_path / "run" / "checkpoints"
     with monkeypatch.context() as patched, pytest.raises(
             OSError, match=f"could not write the checkpoint of step 4 in {checkpoints} \\(.*No space left on device"
-                           f"\\); the last complete one, {checkpoints / 'step-0000002'}, is intact"):
+                           f"\\); the last complete one, {checkpoints / 'step-0000002'}, is intact and a resumed "
+                           f"run continues from it; free some space first"):
         patched.setattr(resume, "save_file", full_disk)
         pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-0000002"]  # no step-0000004.tmp
