@@ -65,15 +65,15 @@ class Run:
     start: "Run | None" = None
 
 
-def run_key(run: Run, data_dir: Path = DATA_DIR, device: str = "cpu") -> str:
+def run_key(run: Run, data_dir: Path = DATA_DIR, device: str = "cpu", code: dict[str, bytes] | None = None) -> str:
     """A fingerprint of everything that decides the trained weights: both configurations (the seed among
     them), the bytes of the data, the source of the training code, the key of the run it starts from, and the
     kind of device when it is not the CPU (a GPU computes in other precisions). Change any of them and the run
-    is new."""
+    is new. `code`: the training code's files by name when not as they are now (an earlier commit's)."""
     digest = hashlib.sha256()
     what = {"model": run.model.to_dict(), "training": asdict(run.training)}
     if run.start is not None:
-        what["start"] = run_key(run.start, data_dir, device)
+        what["start"] = run_key(run.start, data_dir, device, code)
     if device != "cpu":
         what["device"] = device.split(":")[0]
     digest.update(json.dumps(what, sort_keys=True).encode())
@@ -81,7 +81,7 @@ def run_key(run: Run, data_dir: Path = DATA_DIR, device: str = "cpu") -> str:
         digest.update(name.encode() + (Path(data_dir) / name).read_bytes())
     package = Path(albert_edu.__file__).parent
     for name in CODE_FILES:
-        digest.update(name.encode() + (package / name).read_bytes())
+        digest.update(name.encode() + (code[name] if code is not None else (package / name).read_bytes()))
     return digest.hexdigest()[:16]
 
 

@@ -204,40 +204,70 @@ def test_a_committed_grid_is_the_current_recipe_with_every_seed_and_document(rec
     assert set(read_plan(results, draws=100)) == set(plan(recipe))
 
 
-def test_a_grid_carried_over_to_new_fingerprints_must_have_been_trained_again_the_same(tmp_path, monkeypatch):
-    """albert-edu ablations --rekey: the runs named are trained again (here: a stand-in that returns their committed
-    summaries with another time and key); only if each equals the committed one are today's keys written, with a
-    record; one field that differs (a loss in the fourth decimal) refuses it."""
-    import albert_edu.experiments as experiments
-    from albert_edu.tools.rekey import rekey
+def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_trained_again_are_the_same(
+        tmp_path, monkeypatch):
+    """albert-edu rekey, with stand-ins for the code at the base commit (it gives today's committed keys) and for
+    today's (another key per run), and for training (the committed summaries with another time): every fingerprint
+    moves, the fine-tuning starts are renamed, a record is appended, and nothing else changes; a run trained again
+    that differs, a fingerprint that was stale before the change, or an unknown run is refused."""
+    import hashlib
+    import shutil
 
-    committed = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
-    runs = {r.name: r for r in unique_runs(ablation_runs("book"))}
-    again = {name: {**summary, "key": "0" * 16, "seconds": 1.0} for name, summary in committed["runs"].items()}
+    import albert_edu.ablations as ablations
+    import albert_edu.experiments as experiments
+    import albert_edu.tools.rekey as rekey
+
+    for name in ("ablations-book", "ablations-full", "finetune-book", "finetune-full"):
+        shutil.copyfile(RESULTS_DIR / f"{name}.json", tmp_path / f"{name}.json")
+    book = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
+    real_key = experiments.run_key
+    new_key = lambda run, *args: hashlib.sha256(real_key(run).encode()).hexdigest()[:16]  # noqa: E731
+    monkeypatch.setattr(rekey, "sources_at", lambda base: {"the code at": base.encode()})
+    monkeypatch.setattr(experiments, "run_key", lambda run, data_dir=DATA_DIR, device="cpu", code=None:
+                        real_key(run, data_dir, device) if code is not None else new_key(run))
+    again = {name: {**summary, "seconds": 1.0, "tokens_per_s": 9} for name, summary in book["runs"].items()}
     monkeypatch.setattr(experiments, "train_all", lambda chosen, *args: [tmp_path / r.name for r in chosen])
     monkeypatch.setattr(experiments, "run_summary", lambda path: again[path.name])
-    checked = ["ablation-all-E16-s0-book", "ablation-none-E128-s0-book"]
-    carried = rekey({**committed, "runs": {n: {**s, "key": "stale"} for n, s in committed["runs"].items()}}, "book",
-                    checked, tmp_path, DATA_DIR)
-    assert {n: s["key"] for n, s in carried["runs"].items()} == {n: run_key(r) for n, r in runs.items()}
-    assert {n: {**s, "key": None} for n, s in carried["runs"].items()} == \
-        {n: {**s, "key": None} for n, s in committed["runs"].items()}  # nothing else changed
-    assert carried["rekeyed"][-1]["checked"] == checked and set(carried["rekeyed"][-1]["keys_before"].values()) == {"stale"}
+    monkeypatch.setattr(ablations, "depth_scores", lambda path, *args: book["depths"][path.name])
+    checked = ["ablation-all-E64-s0-book", "ablation-none-E128-s0-book"]
+
+    carried = rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
+    assert sorted(p.name for p in carried) == sorted(p.name for p in tmp_path.glob("*.json"))
+    for path, results in carried.items():
+        before = json.loads(path.read_text())
+        assert results["rekeyed"][-1]["from"] == "BASE" and results["rekeyed"][-1]["trained_again"] == checked
+        if "runs" in before:
+            grid = {r.name: r for r in unique_runs(ablation_runs(before["recipe"]))}
+            assert all(results["runs"][n]["key"] == new_key(grid[n]) != s["key"] for n, s in before["runs"].items())
+            assert {n: {**s, "key": 0} for n, s in results["runs"].items()} == \
+                {n: {**s, "key": 0} for n, s in before["runs"].items()}
+        else:
+            assert all(new != old and new.rsplit("-", 1)[0] == old.rsplit("-", 1)[0]
+                       for c in before["starts"] for new, old in zip(results["starts"][c], before["starts"][c]) if old)
+        assert {k: v for k, v in results.items() if k not in ("runs", "starts", "rekeyed")} == \
+            {k: v for k, v in before.items() if k not in ("runs", "starts", "rekeyed")}
+
     loss = again[checked[1]]["loss"]
     again[checked[1]]["loss"] = loss[:-1] + [[loss[-1][0], loss[-1][1] + 1e-4]]
-    with pytest.raises(ValueError, match=f"{checked[1]}, trained again by today's code, differs from the committed "
-                                         f"run in \\['loss'\\]: the change altered training"):
-        rekey(committed, "book", checked, tmp_path, DATA_DIR)
-    with pytest.raises(ValueError, match="expected one or more runs of the 'book' grid \\(unknown: \\['nosuch'\\]\\)"):
-        rekey(committed, "book", ["nosuch"], tmp_path, DATA_DIR)
+    with pytest.raises(rekey.RekeyError, match=f"{checked[1]}, trained again by today's code, differs from the "
+                                               f"committed run in \\['loss'\\]: the change altered training"):
+        rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
+    with pytest.raises(rekey.RekeyError, match="expected one or more runs of chapter 11's grids to train again "
+                                               "\\(unknown: \\['nosuch'\\]\\)"):
+        rekey.rekeyed("BASE", ["nosuch"], tmp_path, tmp_path, DATA_DIR)
+    stale = json.loads((tmp_path / "ablations-full.json").read_text())
+    stale["runs"]["ablation-wide-s1-full"]["key"] = "0" * 16
+    (tmp_path / "ablations-full.json").write_text(json.dumps(stale))
+    with pytest.raises(rekey.RekeyError, match="ablation-wide-s1-full was not current at BASE"):
+        rekey.rekeyed("BASE", checked[:1], tmp_path, tmp_path, DATA_DIR)
 
 
-def test_a_carried_over_grid_records_the_runs_trained_again_and_the_keys_before():
-    for recipe in ("book", "full"):
-        results = json.loads((RESULTS_DIR / f"ablations-{recipe}.json").read_text())
-        for record in results.get("rekeyed", []):
-            assert record["checked"] and set(record["checked"]) <= set(results["runs"]) and record["commit"]
-            assert set(record["keys_before"]) == set(results["runs"])
+def test_a_carried_over_grid_records_the_commits_and_the_runs_trained_again():
+    grids = {r.name for recipe in ("book", "full") for r in unique_runs(ablation_runs(recipe))}
+    for name in ("ablations-book", "ablations-full", "finetune-book", "finetune-full"):
+        for record in json.loads((RESULTS_DIR / f"{name}.json").read_text()).get("rekeyed", []):
+            assert record["from"] and record["to"] and record["trained_again"]
+            assert set(record["trained_again"]) <= grids
 
 
 def test_the_committed_timings_are_of_todays_geometries_with_every_round():

@@ -321,10 +321,6 @@ def configure_ablations(p: argparse.ArgumentParser) -> None:
                         "about 2 hours on 2 cores; a killed command resumes where it stopped)")
     _grid_options(p, f"{RESULTS_DIR}/ablations-RECIPE.json")
     _data_dir_option(p)
-    p.add_argument("--rekey", nargs="+", metavar="RUN",
-                   help="after a change to the training code that should leave every weight as it was: train these "
-                        "runs again, and only if each equals its committed summary write today's fingerprints into "
-                        "the results file (albert_edu/tools/rekey.py)")
 
 
 def ablations(args) -> None:
@@ -333,20 +329,30 @@ def ablations(args) -> None:
     from albert_edu.experiments import RESULTS_DIR
 
     out = args.out or RESULTS_DIR / f"ablations-{args.recipe}.json"
-    if args.rekey:
-        from albert_edu.tools.rekey import rekey
-
-        if not out.is_file():
-            raise CommandError(f"--rekey: no results file {out} to carry over; train the grid without --rekey")
-        results = rekey(json.loads(out.read_text()), args.recipe, args.rekey, _check_grid(args), args.data_dir,
-                        args.workers)
-        write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
-        print(f"wrote {out}: today's fingerprints, after {', '.join(args.rekey)} trained again equal the committed runs")
-        return
     results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
     write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
     print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
           f"{results['minutes']} minutes for this call")
+
+
+def configure_rekey(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", required=True, metavar="REV",
+                   help="the commit whose training code made the committed results (the last before the change)")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="runs of chapter 11's grids to train again and compare")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs)")
+    _data_dir_option(p)
+
+
+def rekey(args) -> None:
+    from albert_edu.corpus import write_atomically
+    from albert_edu.experiments import RESULTS_DIR
+    from albert_edu.tools.rekey import rekeyed
+
+    carried = rekeyed(args.base, args.runs, RESULTS_DIR, _check_grid(args), args.data_dir, args.workers)
+    for path, results in carried.items():  # written only once every check has passed
+        write_atomically(path, (json.dumps(results, indent=1) + "\n").encode())
+        print(f"carried over to today's fingerprints: {path}")
 
 
 def configure_throughput(p: argparse.ArgumentParser) -> None:
@@ -490,6 +496,8 @@ COMMANDS = {
                  configure_finetune, finetune),
     "ablations": ("train (or load from the cache) chapter 11's grid of ablations and write its results",
                   configure_ablations, ablations),
+    "rekey": ("carry chapter 10's and 11's committed grids over to today's fingerprints after a change to the training "
+              "code that leaves every weight as it was (checked by training some runs again)", configure_rekey, rekey),
     "throughput": ("time chapter 11's models on this machine (Table 2 and section 11.6) and write the results",
                    configure_throughput, throughput),
     "checkpoints": ("train (or load from the cache) the runs the chapters load and store them in data/checkpoints/, "

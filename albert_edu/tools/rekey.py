@@ -1,47 +1,120 @@
-"""A committed grid of runs carried over to today's fingerprints after a change to the training code that leaves
-every weight as it was (an input check, a clearer error message):
+"""Committed results carried over to today's fingerprints after a change to the training code that leaves every
+weight as it was (an input check, a clearer error message):
 
-    albert-edu ablations --recipe full --rekey RUN [RUN ...]
+    albert-edu rekey --base REV RUN [RUN ...]
 
-A run's fingerprint (chapter 8's run_key) hashes the source of the training code, so any edit makes every
-committed result look stale, although nothing it computes has changed. Re-training the whole grid to show that
-costs hours; instead the named runs are trained again by today's code, and only if each equals its committed
-summary in everything but its time and fingerprint (held-out scores, per-document predictions, learning curve,
-evaluations) are today's fingerprints written into the results file, with a record of the check: the commit, the
-runs trained again and the fingerprints before. Any difference is an error, and then the grid must be trained
-again.
+A run's fingerprint (chapter 8's run_key) hashes the source of the training code, so any edit to it makes every
+committed result look stale, although nothing the code computes has changed. The committed checkpoints are quick to
+make again (`albert-edu checkpoints`); chapter 11's full grid and chapter 10's full fine-tuning grid are not (hours).
+This command carries those files over, and refuses unless three things hold:
+
+1. every fingerprint they record is the one that commit REV's code gives (so they were current before the change:
+   nothing stale is carried over), and their scoring code is today's;
+2. the runs named (of chapter 11's grids), trained again by today's code, equal their committed summaries in
+   everything but time and fingerprint (held-out scores, per-document predictions, learning curve, evaluations),
+   and the all-shared ones unroll to the same depth scores;
+3. today's fingerprints differ from REV's (there is something to carry over).
+
+Then it writes today's fingerprints into the ablation grids (each run's `key`) and the fine-tuning grids (the names of
+their pre-trained starts), and appends a record of the check to each file's `rekeyed` list: the commit before and
+after, and the runs trained again. Name runs that take the code paths the change touched.
 """
 
+import json
+import subprocess
 from pathlib import Path
 
+from albert_edu.tools.manifest import ROOT
+
+# the committed results whose runs the tests hold to today's fingerprints
+ABLATION_GRIDS, FINETUNE_GRIDS = ("book", "full"), ("book", "full")
 # what a run trained again may differ in when its weights do not: its fingerprint, and how long it took
 REKEY_IGNORED = ("key", "seconds", "tokens_per_s", "resumed_at")
 
 
-def rekey(results: dict, recipe: str, names: list[str], runs_dir: Path, data_dir: Path, workers: int = 2) -> dict:
-    """`results` (an ablation grid's file) with today's run keys, after training `names` again and checking them."""
-    from albert_edu.ablations import ablation_runs, unique_runs
-    from albert_edu.experiments import run_key, run_summary, train_all
+class RekeyError(ValueError):
+    """The committed results cannot be carried over; the message says which and why."""
+
+
+def sources_at(base: str) -> dict[str, bytes]:
+    """The training code's files (CODE_FILES) as commit `base` holds them."""
+    from albert_edu.experiments import CODE_FILES
+
+    code = {}
+    for name in CODE_FILES:
+        shown = subprocess.run(["git", "show", f"{base}:albert_edu/{name}"], cwd=ROOT, capture_output=True, timeout=60)
+        if shown.returncode:
+            raise RekeyError(f"--base {base}: git cannot show albert_edu/{name} there ({shown.stderr.decode().strip()}); "
+                             f"expected a commit of this repository with the same training modules")
+        code[name] = shown.stdout
+    return code
+
+
+def _differences(again: dict, committed: dict) -> list[str]:
+    return sorted(k for k in set(again) | set(committed) if k not in REKEY_IGNORED and again.get(k) != committed.get(k))
+
+
+def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path,
+            workers: int = 2) -> dict[Path, dict]:
+    """The carried-over contents of every file it covers, by path (nothing is written here)."""
+    from albert_edu.ablations import ablation_runs, depth_scores, unique_runs
+    from albert_edu.downstream import FINETUNE_RECIPES
+    from albert_edu.experiments import run_dir, run_key, run_summary, scoring_key, table5_runs, train_all
     from albert_edu.tools.checkpoints import commit
 
-    grid = {run.name: run for run in unique_runs(ablation_runs(recipe))}
-    if set(grid) != set(results["runs"]):
-        raise ValueError(f"the results file holds runs {sorted(set(results['runs']) ^ set(grid))} that are not "
-                         f"both in it and in today's {recipe!r} grid: train the grid again instead")
-    unknown = [name for name in names if name not in grid]
+    code, scoring = sources_at(base), scoring_key()
+    files, grids = {}, {}
+    for recipe in ABLATION_GRIDS:
+        path = Path(results_dir) / f"ablations-{recipe}.json"
+        results, grid = json.loads(path.read_text()), {r.name: r for r in unique_runs(ablation_runs(recipe))}
+        if set(results["runs"]) != set(grid):
+            raise RekeyError(f"{path}: its runs are not today's {recipe!r} grid; train the grid again")
+        for name, summary in results["runs"].items():
+            if summary["key"] != run_key(grid[name], data_dir, code=code) or summary["scoring"] != scoring:
+                raise RekeyError(f"{path}: {name} was not current at {base} (its fingerprint or scoring code "
+                                 f"differs); train the grid again with `albert-edu ablations --recipe {recipe}`")
+        files[path], grids[recipe] = results, grid
+    for recipe in FINETUNE_GRIDS:
+        path = Path(results_dir) / f"finetune-{recipe}.json"
+        results = json.loads(path.read_text())
+        starts = {r.name: r for r in table5_runs(FINETUNE_RECIPES[recipe]["pretraining"])}
+        for contender, names_at_base in results["starts"].items():
+            for start in filter(None, names_at_base):
+                name = start.rsplit("-", 1)[0]
+                if name not in starts or start != f"{name}-{run_key(starts[name], data_dir, code=code)}":
+                    raise RekeyError(f"{path}: its start {start} was not current at {base}; train the grid again "
+                                     f"with `albert-edu finetune --recipe {recipe}`")
+        files[path] = results
+    if all(summary["key"] == run_key(grids[recipe][name], data_dir)
+           for recipe in ABLATION_GRIDS for name, summary in files[Path(results_dir) / f"ablations-{recipe}.json"]["runs"].items()):
+        raise RekeyError(f"the training code is the same as at {base}: nothing to carry over")
+
+    chosen = {name: recipe for recipe in ABLATION_GRIDS for name in names if name in grids[recipe]}
+    unknown = [name for name in names if name not in chosen]
     if not names or unknown:
-        raise ValueError(f"--rekey {' '.join(names)}: expected one or more runs of the {recipe!r} grid "
-                         f"(unknown: {unknown})")
-    for name, path in zip(names, train_all([grid[name] for name in names], runs_dir, data_dir, workers)):
-        again, committed = run_summary(path), results["runs"][name]
-        differ = sorted(k for k in set(again) | set(committed)
-                        if k not in REKEY_IGNORED and again.get(k) != committed.get(k))
+        raise RekeyError(f"expected one or more runs of chapter 11's grids to train again (unknown: {unknown})")
+    runs = [grids[chosen[name]][name] for name in names]
+    for name, path in zip(names, train_all(runs, runs_dir, data_dir, workers)):
+        results = files[Path(results_dir) / f"ablations-{chosen[name]}.json"]
+        differ = _differences(run_summary(path), results["runs"][name])
+        if name in results["depths"]:  # the all-shared runs of Table 4, unrolled to other depths
+            committed = results["depths"][name]
+            depths = tuple(int(d) for d in committed if d.isdigit())
+            if json.loads(json.dumps(depth_scores(path, depths, data_dir))) != committed:
+                differ.append("depths")
         if differ:
-            raise ValueError(f"{name}, trained again by today's code, differs from the committed run in {differ}: "
-                             f"the change altered training; train the grid again with "
-                             f"`albert-edu ablations --recipe {recipe}`")
-    record = {"commit": commit(), "checked": list(names),
-              "keys_before": {name: summary["key"] for name, summary in results["runs"].items()}}
-    return {**results, "runs": {name: {**summary, "key": run_key(grid[name], data_dir)}
-                                for name, summary in results["runs"].items()},
-            "rekeyed": results.get("rekeyed", []) + [record]}
+            raise RekeyError(f"{name}, trained again by today's code, differs from the committed run in {differ}: "
+                             f"the change altered training; train the grids again")
+
+    record = {"from": base, "to": commit(), "trained_again": list(names)}
+    carried = {}
+    for path, results in files.items():
+        if "runs" in results:  # an ablation grid
+            grid = grids[results["recipe"]]
+            results = {**results, "runs": {n: {**s, "key": run_key(grid[n], data_dir)} for n, s in results["runs"].items()}}
+        else:  # a fine-tuning grid: its starts are run directories
+            starts = {r.name: r for r in table5_runs(FINETUNE_RECIPES[results["recipe"]]["pretraining"])}
+            results = {**results, "starts": {c: [s and run_dir(starts[s.rsplit("-", 1)[0]], data_dir=data_dir).name
+                                                 for s in names_at_base] for c, names_at_base in results["starts"].items()}}
+        carried[path] = {**results, "rekeyed": results.get("rekeyed", []) + [record]}
+    return carried
