@@ -266,4 +266,6 @@ def test_a_tokenizer_interrupted_after_its_model_is_not_taken_for_a_finished_one
     calls = []
     monkeypatch.setattr(tokenizer_module, "_train", lambda *args: calls.append(args[1]))
     tokenizer_module.train_tokenizer(out, 400, data)  # trains again rather than return the 500-piece model
-    assert calls == [400]
+    (out / "training.json").write_text('{"vocab_size": 4')  # a stamp cut short counts as none
+    tokenizer_module.train_tokenizer(out, 400, data)
+    assert calls == [400, 400]

@@ -212,6 +212,8 @@ def test_a_classifier_refuses_float_labels_unless_it_regresses():
     with pytest.raises(ValueError, match="labels is torch.float32; expected a tensor of class ids"):
         AlbertForSequenceClassification(config, 2)(ids, labels=torch.tensor([1.0, 0.0]))
     assert AlbertForSequenceClassification(config, 1)(ids, labels=torch.tensor([0.5, 2.0])).loss.item() > 0
+    with pytest.raises(ValueError, match="labels is list; expected a tensor of one value per sequence"):
+        AlbertForSequenceClassification(config, 1)(ids, labels=[0.5, 2.0])
 
 
 def test_sequence_classification_fine_tunes_from_a_pretraining_checkpoint(tmp_path):

@@ -366,8 +366,52 @@ def test_a_full_disk_during_a_checkpoint_leaves_the_previous_checkpoint_intact(t
         pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # fails saving step 4
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-0000002"]  # no step-0000004.tmp
     assert (checkpoints / "latest").read_text() == "step-0000002"
+    with open(tmp_path / "run" / "log.jsonl", "a") as log:  # and the disk filled in the middle of a log line
+        log.write('{"step": 5, "lo')
     result = pretrain(TINY, config, tmp_path / "run", resume=True, progress=False)  # resumes from step 2
     assert result["step"] == 6
+    steps = [json.loads(line).get("step") for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and None not in steps  # every line whole, one record per step and evaluation
+
+
+def test_a_damaged_log_line_before_the_last_is_an_error_naming_the_file_and_line(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=f"{log}, line 2 is not a JSON record; expected the log that pretrain writes"):
+        training.logged_lines(log)
+    log.write_text('{"step": 1}\n{"step": 2, "lo')
+    assert training.logged_lines(log) == ['{"step": 1}']
+
+
+def test_a_log_line_that_cannot_be_written_names_the_file():
+    class FullDisk:
+        name = "run/log.jsonl"
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match=r"could not write run/log.jsonl \(No space left on device\)"):
+        training._write_line(FullDisk(), {"step": 1})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(lr=float("inf")), "lr=inf: expected a positive learning rate"),
+    (dict(weight_decay=float("nan")), "weight_decay=nan: expected a finite number >= 0"),
+    (dict(weight_decay=-0.01), "weight_decay=-0.01: expected a finite number >= 0"),
+    (dict(mlm_weight=float("inf")), "mlm_weight=inf with objective='sop': expected a weight >= 0"),
+])
+def test_training_settings_must_be_finite(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingConfig(**changes)
+
+
+def test_an_example_stream_with_no_examples_refuses_to_wait_for_ever(tokenizer):
+    from albert_edu.resume import ExampleStream
+
+    stream = ExampleStream([], tokenizer, "sop", 32, seed=0)
+    assert stream.prepare() == 0
+    with pytest.raises(ValueError, match="the 0 training documents make no sop examples"):
+        stream.take(8)
 
 
 def test_the_log_file_is_closed_when_a_run_stops(tmp_path, monkeypatch):
