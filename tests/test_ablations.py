@@ -252,7 +252,7 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
     with pytest.raises(rekey.RekeyError, match=f"{checked[1]}, trained again by today's code, differs from the "
                                                f"committed run in \\['loss'\\]: the change altered training"):
         rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
-    with pytest.raises(rekey.RekeyError, match="expected one or more runs of chapter 11's grids to train again "
+    with pytest.raises(rekey.RekeyError, match="expected one or more runs of the ablation grids carried over, to train again "
                                                "\\(unknown: \\['nosuch'\\]\\)"):
         rekey.rekeyed("BASE", ["nosuch"], tmp_path, tmp_path, DATA_DIR)
     stale = json.loads((tmp_path / "ablations-full.json").read_text())

@@ -27,7 +27,7 @@ from pathlib import Path
 from albert_edu.tools.manifest import ROOT
 
 # the committed results whose runs the tests hold to today's fingerprints
-ABLATION_GRIDS, FINETUNE_GRIDS = ("book", "full"), ("book", "full")
+GRIDS = ("ablations-book", "ablations-full", "finetune-book", "finetune-full")
 # what a run trained again may differ in when its weights do not: its fingerprint, and how long it took
 REKEY_IGNORED = ("key", "seconds", "tokens_per_s", "resumed_at")
 
@@ -54,48 +54,48 @@ def _differences(again: dict, committed: dict) -> list[str]:
     return sorted(k for k in set(again) | set(committed) if k not in REKEY_IGNORED and again.get(k) != committed.get(k))
 
 
-def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path,
-            workers: int = 2) -> dict[Path, dict]:
-    """The carried-over contents of every file it covers, by path (nothing is written here)."""
+def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path, workers: int = 2,
+            grids: tuple[str, ...] = GRIDS) -> dict[Path, dict]:
+    """The carried-over contents of the files `grids` (of GRIDS), by path (nothing is written here)."""
     from albert_edu.ablations import ablation_runs, depth_scores, unique_runs
     from albert_edu.downstream import FINETUNE_RECIPES
     from albert_edu.experiments import run_dir, run_key, run_summary, scoring_key, table5_runs, train_all
     from albert_edu.tools.checkpoints import commit
 
+    unknown = [g for g in grids if g not in GRIDS]
+    if not grids or unknown:
+        raise RekeyError(f"grids {list(grids)}: expected some of {GRIDS}")
     code, scoring = sources_at(base), scoring_key()
-    files, grids = {}, {}
-    for recipe in ABLATION_GRIDS:
-        path = Path(results_dir) / f"ablations-{recipe}.json"
-        results, grid = json.loads(path.read_text()), {r.name: r for r in unique_runs(ablation_runs(recipe))}
-        if set(results["runs"]) != set(grid):
-            raise RekeyError(f"{path}: its runs are not today's {recipe!r} grid; train the grid again")
-        for name, summary in results["runs"].items():
-            if summary["key"] != run_key(grid[name], data_dir, code=code) or summary["scoring"] != scoring:
-                raise RekeyError(f"{path}: {name} was not current at {base} (its fingerprint or scoring code "
-                                 f"differs); train the grid again with `albert-edu ablations --recipe {recipe}`")
-        files[path], grids[recipe] = results, grid
-    for recipe in FINETUNE_GRIDS:
-        path = Path(results_dir) / f"finetune-{recipe}.json"
-        results = json.loads(path.read_text())
-        starts = {r.name: r for r in table5_runs(FINETUNE_RECIPES[recipe]["pretraining"])}
-        for contender, names_at_base in results["starts"].items():
-            for start in filter(None, names_at_base):
+    files, runs_of = {}, {}  # the contents of each file; each ablation grid's runs by name
+    for grid_name in grids:
+        kind, recipe = grid_name.split("-")
+        path = Path(results_dir) / f"{grid_name}.json"
+        results = files[path] = json.loads(path.read_text())
+        if kind == "ablations":
+            grid = runs_of[path] = {r.name: r for r in unique_runs(ablation_runs(recipe))}
+            if set(results["runs"]) != set(grid):
+                raise RekeyError(f"{path}: its runs are not today's {recipe!r} grid; train the grid again")
+            for name, summary in results["runs"].items():
+                if summary["key"] != run_key(grid[name], data_dir, code=code) or summary["scoring"] != scoring:
+                    raise RekeyError(f"{path}: {name} was not current at {base} (its fingerprint or scoring code "
+                                     f"differs); train the grid again with `albert-edu ablations --recipe {recipe}`")
+        else:
+            starts = {r.name: r for r in table5_runs(FINETUNE_RECIPES[recipe]["pretraining"])}
+            for start in (s for names_at_base in results["starts"].values() for s in names_at_base if s):
                 name = start.rsplit("-", 1)[0]
                 if name not in starts or start != f"{name}-{run_key(starts[name], data_dir, code=code)}":
                     raise RekeyError(f"{path}: its start {start} was not current at {base}; train the grid again "
                                      f"with `albert-edu finetune --recipe {recipe}`")
-        files[path] = results
-    if all(summary["key"] == run_key(grids[recipe][name], data_dir)
-           for recipe in ABLATION_GRIDS for name, summary in files[Path(results_dir) / f"ablations-{recipe}.json"]["runs"].items()):
+    if all(run_key(r, data_dir) == run_key(r, data_dir, code=code) for grid in runs_of.values() for r in grid.values()):
         raise RekeyError(f"the training code is the same as at {base}: nothing to carry over")
 
-    chosen = {name: recipe for recipe in ABLATION_GRIDS for name in names if name in grids[recipe]}
+    chosen = {name: path for path, grid in runs_of.items() for name in names if name in grid}
     unknown = [name for name in names if name not in chosen]
     if not names or unknown:
-        raise RekeyError(f"expected one or more runs of chapter 11's grids to train again (unknown: {unknown})")
-    runs = [grids[chosen[name]][name] for name in names]
-    for name, path in zip(names, train_all(runs, runs_dir, data_dir, workers)):
-        results = files[Path(results_dir) / f"ablations-{chosen[name]}.json"]
+        raise RekeyError(f"expected one or more runs of the ablation grids carried over, to train again "
+                         f"(unknown: {unknown})")
+    for name, path in zip(names, train_all([runs_of[chosen[n]][n] for n in names], runs_dir, data_dir, workers)):
+        results = files[chosen[name]]
         differ = _differences(run_summary(path), results["runs"][name])
         if name in results["depths"]:  # the all-shared runs of Table 4, unrolled to other depths
             committed = results["depths"][name]
@@ -109,8 +109,8 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
     record = {"from": base, "to": commit(), "trained_again": list(names)}
     carried = {}
     for path, results in files.items():
-        if "runs" in results:  # an ablation grid
-            grid = grids[results["recipe"]]
+        if path in runs_of:  # an ablation grid
+            grid = runs_of[path]
             results = {**results, "runs": {n: {**s, "key": run_key(grid[n], data_dir)} for n, s in results["runs"].items()}}
         else:  # a fine-tuning grid: its starts are run directories
             starts = {r.name: r for r in table5_runs(FINETUNE_RECIPES[results["recipe"]]["pretraining"])}
