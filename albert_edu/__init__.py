@@ -78,6 +78,7 @@ _ELSEWHERE = {
     'read_text_documents': 'corpus',
     'RECIPE_VERSION': 'corpus',
     'is_validation': 'corpus',
+    'REBUILD': 'corpus',
     'SPECIAL_TOKENS': 'tokenizer',
     'SPECIAL_IN_TEXT': 'tokenizer',
     'WORD_START': 'tokenizer',

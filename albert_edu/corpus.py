@@ -281,6 +281,10 @@ def load_documents(split: str, data_dir: Path = DATA_DIR) -> list[Document]:
         return [_read_document(line, path, number) for number, line in enumerate(f, 1)]
 
 
+# what to do about damaged prepared data: --force rebuilds it even when stats.json says it is up to date
+REBUILD = "run `albert-edu prepare-data --force` to rebuild the prepared corpus"
+
+
 def _read_document(line: bytes, path: Path, number: int) -> Document:
     """One line of a prepared split as prepare_corpus writes it; CorpusError naming the file and line otherwise."""
     problem = None
@@ -302,8 +306,8 @@ def _read_document(line: bytes, path: Path, number: int) -> Document:
                     record["sentences"], list) or not all(isinstance(s, str) for s in record["sentences"]):
                 problem = "has a field of the wrong type: expected id, title and source strings and a list of sentences"
     if problem:
-        raise CorpusError(f"{path}, line {number} {problem}; run `albert-edu prepare-data` to rebuild the prepared corpus")
+        raise CorpusError(f"{path}, line {number} {problem}; {REBUILD}")
     return Document(**record)
 
 
-__all__ = ['DATA_DIR', 'GENSIM_WHEEL', 'MEMBERS', 'CorpusError', 'sha256', 'write_atomically', 'fetch_sources', 'DROPPED_SECTIONS', 'DROPPED_TAGS', 'DROPPED_LINKS', 'clean_wikitext', 'split_sentences', 'MAX_SENTENCE_CHARS', 'Document', 'Report', 'make_document', 'read_wikipedia', 'read_text_documents', 'RECIPE_VERSION', 'is_validation', 'prepare_corpus', 'load_documents']
+__all__ = ['DATA_DIR', 'GENSIM_WHEEL', 'MEMBERS', 'CorpusError', 'sha256', 'write_atomically', 'fetch_sources', 'DROPPED_SECTIONS', 'DROPPED_TAGS', 'DROPPED_LINKS', 'clean_wikitext', 'split_sentences', 'MAX_SENTENCE_CHARS', 'Document', 'Report', 'make_document', 'read_wikipedia', 'read_text_documents', 'RECIPE_VERSION', 'is_validation', 'prepare_corpus', 'load_documents', 'REBUILD']

@@ -69,7 +69,8 @@ def run_key(run: Run, data_dir: Path = DATA_DIR, device: str = "cpu", code: dict
     """A fingerprint of everything that decides the trained weights: both configurations (the seed among
     them), the bytes of the data, the source of the training code, the key of the run it starts from, and the
     kind of device when it is not the CPU (a GPU computes in other precisions). Change any of them and the run
-    is new. `code`: the training code's files by name when not as they are now (an earlier commit's)."""
+    is new. `code`: the training code's files by name when not as they are now (an earlier commit's, which
+    `albert-edu rekey` compares with)."""
     digest = hashlib.sha256()
     what = {"model": run.model.to_dict(), "training": asdict(run.training)}
     if run.start is not None:

@@ -139,9 +139,10 @@ class AlbertSOPHead(nn.Module):
 
 
 def check_labels(labels: torch.Tensor, shape: tuple, num_classes: int, name: str) -> None:
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.long:
-        got = labels.dtype if isinstance(labels, torch.Tensor) else type(labels).__name__
-        raise ValueError(f"{name} is {got}; expected a tensor of class ids of dtype torch.long (int64)")
+    if not isinstance(labels, torch.Tensor):
+        raise ValueError(f"{name} is a {type(labels).__name__}; expected a tensor of class ids of dtype torch.long")
+    if labels.dtype != torch.long:  # cross_entropy takes class ids as int64 only
+        raise ValueError(f"{name} has dtype {labels.dtype}; expected torch.long (int64) class ids")
     if tuple(labels.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(labels.shape)}; expected {tuple(shape)}")
     valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
@@ -233,9 +234,10 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         out = self.albert(input_ids, attention_mask, token_type_ids, output_hidden_states)
         logits, loss = self.classifier(self.dropout(out.pooler_output)), None
         if labels is not None and self.num_labels == 1:
-            if not isinstance(labels, torch.Tensor) or labels.numel() != input_ids.shape[0]:
-                got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
-                raise ValueError(f"labels is {got}; expected a tensor of one value per sequence")
+            if not isinstance(labels, torch.Tensor):
+                raise ValueError(f"labels is a {type(labels).__name__}; expected a tensor of one value per sequence")
+            if labels.numel() != input_ids.shape[0]:
+                raise ValueError(f"labels has shape {tuple(labels.shape)}; expected one value per sequence")
             loss = F.mse_loss(logits.view(-1), labels.float().view(-1))
         elif labels is not None:
             check_labels(labels, (input_ids.shape[0],), self.num_labels, "labels")

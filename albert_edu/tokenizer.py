@@ -71,7 +71,7 @@ def _read_stamp(path: Path) -> dict | None:
     """What a finished train_tokenizer recorded; None when there is no readable record."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # missing, not UTF-8 or cut short (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         return None
 
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from albert_edu.config import AlbertConfig
-from albert_edu.corpus import DATA_DIR, load_documents
+from albert_edu.corpus import DATA_DIR, REBUILD, load_documents
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.optim import Lamb, parameter_groups, warmup_then_linear_decay
 from albert_edu.pretraining_data import OBJECTIVES, PAIR_RECIPES, Example, collate, create_examples
@@ -58,7 +58,7 @@ class TrainingConfig:
         if self.pairs not in PAIR_RECIPES:
             raise ValueError(f"pairs={self.pairs!r}: expected one of {PAIR_RECIPES}")
         if not 0 < self.lr < float("inf"):
-            raise ValueError(f"lr={self.lr}: expected a positive learning rate")
+            raise ValueError(f"lr={self.lr}: expected a positive finite learning rate")
         if not 0 <= self.weight_decay < float("inf"):
             raise ValueError(f"weight_decay={self.weight_decay}: expected a finite number >= 0")
         if self.optimizer not in OPTIMIZERS:
@@ -67,7 +67,7 @@ class TrainingConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: expected a non-negative integer (0: never)")
         if not 0 <= self.mlm_weight < float("inf") or (self.mlm_weight == 0 and self.objective == "none"):
-            raise ValueError(f"mlm_weight={self.mlm_weight} with objective={self.objective!r}: expected a weight >= 0, "
+            raise ValueError(f"mlm_weight={self.mlm_weight} with objective={self.objective!r}: expected a finite weight >= 0, "
                              f"and above 0 when there is no pair objective")
 
 
@@ -267,12 +267,11 @@ def start_run(model_config: AlbertConfig, config: TrainingConfig, out_dir: Path,
     stream = ExampleStream(load_documents("train", data_dir), tokenizer, config.objective, config.max_seq_len,
                            config.seed, config.pairs)
     step = load_checkpoint(out_dir, model, optimizer, stream, config) if resume else 0
-    if stream.prepare() == 0:  # the first batch's examples, made before anything is written (take() would wait)
+    if stream.prepare() == 0:  # this epoch's examples, made now so that bad data are refused before anything is written
         raise ValueError(f"{data_dir / 'prepared' / 'train.jsonl'}: its {len(stream.documents)} documents make no "
-                         f"training examples: expected documents of at least two sentences; run `albert-edu "
-                         f"prepare-data` to rebuild the prepared corpus")
+                         f"training examples: expected documents of at least two sentences; {REBUILD}")
     if rank == 0 and resume and (out_dir / "log.jsonl").exists():  # drop records of steps after the checkpoint
-        kept = [line for line in logged_lines(out_dir / "log.jsonl") if json.loads(line)["step"] <= step]
+        kept = [line for line in logged_lines(out_dir / "log.jsonl") if json.loads(line)["step"] <= step]  # below
         (out_dir / "log.jsonl").write_text("".join(line + "\n" for line in kept))
     schedule = partial(warmup_then_linear_decay, warmup_steps=config.warmup_steps, total_steps=config.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
@@ -323,9 +322,9 @@ def pretrain(model_config: AlbertConfig, config: TrainingConfig, out_dir, resume
     run = start_run(model_config, config, out_dir, resume, data_dir, tokenizer, init_from, device, precision, compile)
     validation = validation_examples(load_documents("validation", data_dir), tokenizer, config.max_seq_len,
                                      pairs=config.pairs)
-    if not all(validation.values()):  # checked before training, not after it
+    if not all(validation.values()):  # fail now, not at the final evaluation
         raise ValueError(f"{data_dir / 'prepared' / 'validation.jsonl'} makes no held-out pairs: expected documents "
-                         f"of at least two sentences; run `albert-edu prepare-data` to rebuild the prepared corpus")
+                         f"of at least two sentences; {REBUILD}")
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = run.rank == 0
     metrics, started, tokens, result = {}, time.perf_counter(), 0, None

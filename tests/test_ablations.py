@@ -229,13 +229,19 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
     monkeypatch.setattr(experiments, "train_all", lambda chosen, *args: [tmp_path / r.name for r in chosen])
     monkeypatch.setattr(experiments, "run_summary", lambda path: again[path.name])
     monkeypatch.setattr(ablations, "depth_scores", lambda path, *args: book["depths"][path.name])
+    monkeypatch.setattr(rekey, "train_at", lambda base, names, *args: [tmp_path / "base" / n for n in names])
+    trained = {}  # the weights each run's directory holds
+    monkeypatch.setattr(rekey, "weights", lambda path: trained.get(path, b"the same weights"))
     checked = ["ablation-all-E64-s0-book", "ablation-none-E128-s0-book"]
+    loss = again[checked[1]]["loss"]
+    again[checked[1]]["loss"] = loss[:-1] + [[loss[-1][0], loss[-1][1] + 5e-6]]  # rounded on another machine
 
     carried = rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
     assert sorted(p.name for p in carried) == sorted(p.name for p in tmp_path.glob("*.json"))
     for path, results in carried.items():
         before = json.loads(path.read_text())
         assert results["rekeyed"][-1]["from"] == "BASE" and results["rekeyed"][-1]["trained_again"] == checked
+        assert results["rekeyed"][-1]["tolerance"] == {"rel": 1e-6, "abs": 2e-5}
         if "runs" in before:
             grid = {r.name: r for r in unique_runs(ablation_runs(before["recipe"]))}
             assert all(results["runs"][n]["key"] == new_key(grid[n]) != s["key"] for n, s in before["runs"].items())
@@ -247,11 +253,15 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
         assert {k: v for k, v in results.items() if k not in ("runs", "starts", "rekeyed")} == \
             {k: v for k, v in before.items() if k not in ("runs", "starts", "rekeyed")}
 
-    loss = again[checked[1]]["loss"]
     again[checked[1]]["loss"] = loss[:-1] + [[loss[-1][0], loss[-1][1] + 1e-4]]
-    with pytest.raises(rekey.RekeyError, match=f"{checked[1]}, trained again by today's code, differs from the "
-                                               f"committed run in \\['loss'\\]: the change altered training"):
+    with pytest.raises(rekey.RekeyError, match=f"{checked[1]}, trained again, differs from the committed run in "
+                                               f"\\['loss'\\] beyond rounding"):
         rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
+    again[checked[1]]["loss"] = loss
+    trained[tmp_path / checked[0]] = b"other weights"
+    with pytest.raises(rekey.RekeyError, match=f"{checked[0]}: the code of BASE and today's train different weights"):
+        rekey.rekeyed("BASE", checked, tmp_path, tmp_path, DATA_DIR)
+    del trained[tmp_path / checked[0]]
     with pytest.raises(rekey.RekeyError, match="expected one or more runs of the ablation grids carried over, to train again "
                                                "\\(unknown: \\['nosuch'\\]\\)"):
         rekey.rekeyed("BASE", ["nosuch"], tmp_path, tmp_path, DATA_DIR)

@@ -231,7 +231,7 @@ def test_damaged_prepared_data_is_an_error_naming_the_file_and_line(damage, prob
     with pytest.raises(CorpusError) as error:
         load_documents("train", data)
     assert str(error.value).startswith(f"{data / 'prepared' / 'train.jsonl'}, {problem}")
-    assert str(error.value).endswith("run `albert-edu prepare-data` to rebuild the prepared corpus")
+    assert str(error.value).endswith("run `albert-edu prepare-data --force` to rebuild the prepared corpus")
 
 
 def test_a_command_on_damaged_prepared_data_exits_1_with_the_message_and_writes_nothing(tmp_path, prepared_copy):
@@ -240,7 +240,7 @@ def test_a_command_on_damaged_prepared_data_exits_1_with_the_message_and_writes_
                              str(tmp_path / "x.jsonl"), "--data-dir", str(data)], capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr == (
         f"error: {data / 'prepared' / 'train.jsonl'}, line 1 ends without a newline (the file was cut short); run "
-        f"`albert-edu prepare-data` to rebuild the prepared corpus\n")
+        f"`albert-edu prepare-data --force` to rebuild the prepared corpus\n")
     assert not (tmp_path / "x.jsonl").exists()
 
 
@@ -269,3 +269,23 @@ def test_a_tokenizer_interrupted_after_its_model_is_not_taken_for_a_finished_one
     (out / "training.json").write_text('{"vocab_size": 4')  # a stamp cut short counts as none
     tokenizer_module.train_tokenizer(out, 400, data)
     assert calls == [400, 400]
+
+
+def test_prepare_data_force_rebuilds_a_damaged_split_that_stats_json_calls_up_to_date(tmp_path):
+    """The advice of every damaged-data error: without --force, prepare-data trusts its stats.json and keeps the
+    damaged file; with it, the file is made again, byte for byte as before."""
+    from albert_edu.tools.cli import main
+
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    for path in (ROOT / "data" / "raw").iterdir():
+        (data / "raw" / path.name).symlink_to(path)
+    (data / "prepared").mkdir()
+    for name in ("train.jsonl", "validation.jsonl", "stats.json"):
+        (data / "prepared" / name).write_bytes((ROOT / "data" / "prepared" / name).read_bytes())
+    whole = (data / "prepared" / "train.jsonl").read_bytes()
+    (data / "prepared" / "train.jsonl").write_bytes(whole[:1000])  # cut short
+    assert main(["prepare-data", "--data-dir", str(data)]) == 0
+    assert (data / "prepared" / "train.jsonl").read_bytes() == whole[:1000]
+    assert main(["prepare-data", "--data-dir", str(data), "--force"]) == 0
+    assert (data / "prepared" / "train.jsonl").read_bytes() == whole

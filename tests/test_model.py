@@ -192,13 +192,13 @@ def test_padding_does_not_change_real_positions():
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), token_type_ids=[[0] * 4] * 2),
      "token_type_ids must be an integer tensor like input_ids; got a list"),
     (dict(input_ids=torch.zeros(1, 4, dtype=torch.long), labels=torch.full((1, 4), -100.0)),
-     "labels is torch.float32; expected a tensor of class ids of dtype torch.long"),
+     "labels has dtype torch.float32; expected torch.long \\(int64\\) class ids"),
     (dict(input_ids=torch.zeros(1, 4, dtype=torch.long), labels=torch.full((1, 4), -100, dtype=torch.int32)),
-     "labels is torch.int32; expected"),
+     "labels has dtype torch.int32; expected"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), sentence_order_label=torch.tensor([0.0, 1.0])),
-     "sentence_order_label is torch.float32; expected"),
+     "sentence_order_label has dtype torch.float32; expected"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long), sentence_order_label=[0, 1]),
-     "sentence_order_label is list; expected"),
+     "sentence_order_label is a list; expected a tensor of class ids"),
 ])
 def test_bad_inputs_raise_value_errors_naming_the_value(kwargs, message):
     model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=100))
@@ -209,10 +209,10 @@ def test_bad_inputs_raise_value_errors_naming_the_value(kwargs, message):
 def test_a_classifier_refuses_float_labels_unless_it_regresses():
     config = AlbertConfig.from_preset("tiny", vocab_size=100, num_hidden_layers=2)
     ids = torch.randint(5, 100, (2, 5))
-    with pytest.raises(ValueError, match="labels is torch.float32; expected a tensor of class ids"):
+    with pytest.raises(ValueError, match="labels has dtype torch.float32; expected torch.long"):
         AlbertForSequenceClassification(config, 2)(ids, labels=torch.tensor([1.0, 0.0]))
     assert AlbertForSequenceClassification(config, 1)(ids, labels=torch.tensor([0.5, 2.0])).loss.item() > 0
-    with pytest.raises(ValueError, match="labels is list; expected a tensor of one value per sequence"):
+    with pytest.raises(ValueError, match="labels is a list; expected a tensor of one value per sequence"):
         AlbertForSequenceClassification(config, 1)(ids, labels=[0.5, 2.0])
 
 

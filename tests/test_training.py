@@ -179,7 +179,7 @@ def pretrain_command(*arguments: str, capsys) -> tuple[int, str]:
     (["--preset", "albert-huge"], "argument --preset: invalid choice: 'albert-huge'"),
     (["--batch-size", "7", "--accumulation", "2"], "batch_size=7 must be a multiple"),
     (["--steps", "0"], "steps=0: expected a positive integer"),
-    (["--lr", "-1"], "lr=-1.0: expected a positive learning rate"),
+    (["--lr", "-1"], "lr=-1.0: expected a positive finite learning rate"),
     (["--eval-every", "-2"], "eval_every=-2: expected a non-negative integer"),
     (["--max-seq-len", "600"], "max_seq_len=600 exceeds the model's max_position_embeddings=512"),
     (["--pairs", "balanced"], "argument --pairs: invalid choice: 'balanced'"),
@@ -219,7 +219,7 @@ def test_a_split_that_makes_no_examples_stops_the_command_before_it_writes_anyth
     code, stderr = pretrain_command("--out", str(tmp_path / "run"), "--data-dir", str(data), capsys=capsys)
     made = "its 0 documents make no training examples" if split == "train" else "makes no held-out pairs"
     assert code == 1 and stderr.startswith(f"error: {data / 'prepared' / (split + '.jsonl')}")
-    assert made in stderr and stderr.endswith("run `albert-edu prepare-data` to rebuild the prepared corpus\n")
+    assert made in stderr and stderr.endswith("run `albert-edu prepare-data --force` to rebuild the prepared corpus\n")
     assert not (tmp_path / "run").exists()
 
 
@@ -395,10 +395,10 @@ def test_a_log_line_that_cannot_be_written_names_the_file():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(lr=float("inf")), "lr=inf: expected a positive learning rate"),
+    (dict(lr=float("inf")), "lr=inf: expected a positive finite learning rate"),
     (dict(weight_decay=float("nan")), "weight_decay=nan: expected a finite number >= 0"),
     (dict(weight_decay=-0.01), "weight_decay=-0.01: expected a finite number >= 0"),
-    (dict(mlm_weight=float("inf")), "mlm_weight=inf with objective='sop': expected a weight >= 0"),
+    (dict(mlm_weight=float("inf")), "mlm_weight=inf with objective='sop': expected a finite weight >= 0"),
 ])
 def test_training_settings_must_be_finite(changes, message):
     with pytest.raises(ValueError, match=message):

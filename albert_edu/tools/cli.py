@@ -43,11 +43,16 @@ def configure_prepare_data(p: argparse.ArgumentParser) -> None:
     _data_dir_option(p)
     p.add_argument("--extra", nargs="*", type=Path, default=[], metavar="FILE",
                    help="extra UTF-8 text files, documents separated by blank lines")
+    p.add_argument("--force", action="store_true",
+                   help="prepare again even when prepared/stats.json says the files are up to date (after a damaged "
+                        "or hand-edited prepared file)")
 
 
 def prepare_data(args) -> None:
     from albert_edu.corpus import prepare_corpus
 
+    if args.force:  # prepare_corpus trusts its stats.json, which it writes last
+        (args.data_dir / "prepared" / "stats.json").unlink(missing_ok=True)
     stats = prepare_corpus(args.data_dir, tuple(args.extra))
     for split in ("train", "validation"):
         s = stats[split]
@@ -108,7 +113,7 @@ def make_examples(args) -> None:
     if not examples:  # nothing is written: an empty file would pass for a finished one
         raise CommandError(f"no {args.objective} examples from the {len(documents)} documents of "
                            f"{args.data_dir / 'prepared' / (args.split + '.jsonl')}: expected documents of at least "
-                           f"two sentences; run `{PROG} prepare-data` to rebuild the prepared corpus")
+                           f"two sentences; run `{PROG} prepare-data --force` to rebuild the prepared corpus")
     write_examples(examples, args.out)
     print(f"wrote {len(examples):,} {args.objective} examples from {len(documents)} {args.split} documents "
           f"to {args.out}")

@@ -10,9 +10,10 @@ This command carries those files over, and refuses unless three things hold:
 
 1. every fingerprint they record is the one that commit REV's code gives (so they were current before the change:
    nothing stale is carried over), and their scoring code is today's;
-2. the runs named (of chapter 11's grids), trained again by today's code, equal their committed summaries in
-   everything but time and fingerprint (held-out scores, per-document predictions, learning curve, evaluations),
-   and the all-shared ones unroll to the same depth scores;
+2. the runs named (of chapter 11's grids), trained again by REV's code (in a temporary work tree of that commit) and by
+   today's, have the same weights bit for bit (the change alters no weight), and their summaries agree with the
+   committed ones (held-out scores, per-document predictions, learning curve, evaluations) to within the rounding
+   that another machine's arithmetic gives: 1e-6 relatively or 2e-5 absolutely (the logs keep 5 decimals);
 3. today's fingerprints differ from REV's (there is something to carry over).
 
 Then it writes today's fingerprints into the ablation grids (each run's `key`) and the fine-tuning grids (the names of
@@ -21,7 +22,10 @@ after, and the runs trained again. Name runs that take the code paths the change
 """
 
 import json
+import math
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from albert_edu.tools.manifest import ROOT
@@ -30,6 +34,8 @@ from albert_edu.tools.manifest import ROOT
 GRIDS = ("ablations-book", "ablations-full", "finetune-book", "finetune-full")
 # what a run trained again may differ in when its weights do not: its fingerprint, and how long it took
 REKEY_IGNORED = ("key", "seconds", "tokens_per_s", "resumed_at")
+# the same arithmetic on another processor or library build rounds differently in the last bits
+REL_TOL, ABS_TOL = 1e-6, 2e-5
 
 
 class RekeyError(ValueError):
@@ -50,8 +56,71 @@ def sources_at(base: str) -> dict[str, bytes]:
     return code
 
 
+def _commit_of(rev: str) -> str:
+    """The full hash of a commit named any way git understands (HEAD~1, a tag, a short hash)."""
+    found = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    if found.returncode:
+        raise RekeyError(f"--base {rev}: not a commit of this repository ({found.stderr.strip()})")
+    return found.stdout.strip()
+
+
+def _close(a, b) -> bool:
+    """Equal but for rounding: numbers within REL_TOL or ABS_TOL, everything else (answers, counts, names) exactly."""
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or a is None or b is None:
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def _differences(again: dict, committed: dict) -> list[str]:
-    return sorted(k for k in set(again) | set(committed) if k not in REKEY_IGNORED and again.get(k) != committed.get(k))
+    """The fields of a run's summary that differ beyond rounding."""
+    return sorted(k for k in set(again) | set(committed)
+                  if k not in REKEY_IGNORED and not _close(again.get(k), committed.get(k)))
+
+
+def weights(path: Path) -> bytes:
+    """A finished run's weight file, in whichever layout it was saved."""
+    found = [path / name for name in ("model.safetensors", "albert_edu.safetensors") if (path / name).is_file()]
+    return found[0].read_bytes()
+
+
+TRAIN_AT_BASE = """
+import json, sys
+from pathlib import Path
+from albert_edu.ablations import ablation_runs, unique_runs
+from albert_edu.experiments import train_all
+names, runs_dir, data_dir, workers = json.loads(sys.argv[1])
+runs = {r.name: r for recipe in ("book", "full") for r in unique_runs(ablation_runs(recipe))}
+print(json.dumps([str(p) for p in train_all([runs[n] for n in names], Path(runs_dir), Path(data_dir), workers)]))
+"""
+
+
+def train_at(base: str, names: list[str], runs_dir: Path, data_dir: Path, workers: int) -> list[Path]:
+    """Train the named runs of chapter 11's grids with commit `base`'s code, in a temporary work tree of it, into
+    the run cache `runs_dir` (so that a second attempt reuses them)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        added = subprocess.run(["git", "worktree", "add", "--detach", str(tree), base], cwd=ROOT, capture_output=True,
+                               text=True, timeout=300)
+        if added.returncode:
+            raise RekeyError(f"--base {base}: git cannot check it out ({added.stderr.strip()})")
+        try:
+            done = subprocess.run([sys.executable, "-c", TRAIN_AT_BASE,
+                                   json.dumps([names, str(runs_dir), str(data_dir), workers])], cwd=scratch,
+                                  env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True, timeout=300)
+    if done.returncode:
+        raise RekeyError(f"training {names} with the code of {base} failed: {done.stderr.strip()[-2000:]}")
+    return [Path(p) for p in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
 def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path, workers: int = 2,
@@ -65,6 +134,8 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
     unknown = [g for g in grids if g not in GRIDS]
     if not grids or unknown:
         raise RekeyError(f"grids {list(grids)}: expected some of {GRIDS}")
+    base = _commit_of(base)
+    runs_dir, data_dir = Path(runs_dir).resolve(), Path(data_dir).resolve()  # train_at runs elsewhere
     code, scoring = sources_at(base), scoring_key()
     files, runs_of = {}, {}  # the contents of each file; each ablation grid's runs by name
     for grid_name in grids:
@@ -86,6 +157,8 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
                 if name not in starts or start != f"{name}-{run_key(starts[name], data_dir, code=code)}":
                     raise RekeyError(f"{path}: its start {start} was not current at {base}; train the grid again "
                                      f"with `albert-edu finetune --recipe {recipe}`")
+    if not runs_of:
+        raise RekeyError(f"grids {list(grids)}: expected an ablation grid among them, whose runs are trained again")
     if all(run_key(r, data_dir) == run_key(r, data_dir, code=code) for grid in runs_of.values() for r in grid.values()):
         raise RekeyError(f"the training code is the same as at {base}: nothing to carry over")
 
@@ -94,19 +167,25 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
     if not names or unknown:
         raise RekeyError(f"expected one or more runs of the ablation grids carried over, to train again "
                          f"(unknown: {unknown})")
-    for name, path in zip(names, train_all([runs_of[chosen[n]][n] for n in names], runs_dir, data_dir, workers)):
+    at_base = train_at(base, names, Path(runs_dir) / f".rekey-{base}", data_dir, workers)
+    for name, path, base_path in zip(names, train_all([runs_of[chosen[n]][n] for n in names], runs_dir, data_dir,
+                                                      workers), at_base):
+        if weights(path) != weights(base_path):
+            raise RekeyError(f"{name}: the code of {base} and today's train different weights ({base_path}, {path}): "
+                             f"the change altered training; train the grids again")
         results = files[chosen[name]]
         differ = _differences(run_summary(path), results["runs"][name])
         if name in results["depths"]:  # the all-shared runs of Table 4, unrolled to other depths
             committed = results["depths"][name]
             depths = tuple(int(d) for d in committed if d.isdigit())
-            if json.loads(json.dumps(depth_scores(path, depths, data_dir))) != committed:
+            if not _close(json.loads(json.dumps(depth_scores(path, depths, data_dir))), committed):
                 differ.append("depths")
         if differ:
-            raise RekeyError(f"{name}, trained again by today's code, differs from the committed run in {differ}: "
-                             f"the change altered training; train the grids again")
+            raise RekeyError(f"{name}, trained again, differs from the committed run in {differ} beyond rounding "
+                             f"(relative {REL_TOL}, absolute {ABS_TOL}): it was not made by this recipe; train the "
+                             f"grids again")
 
-    record = {"from": base, "to": commit(), "trained_again": list(names)}
+    record = {"from": base, "to": commit(), "trained_again": list(names), "tolerance": {"rel": REL_TOL, "abs": ABS_TOL}}
     carried = {}
     for path, results in files.items():
         if path in runs_of:  # an ablation grid
