@@ -222,6 +222,10 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
     book = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
     real_key = experiments.run_key
     new_key = lambda run, *args: hashlib.sha256(real_key(run).encode()).hexdigest()[:16]  # noqa: E731
+    assert len(rekey._commit_of("HEAD")) == 40  # --base is recorded as the commit's full hash
+    with pytest.raises(rekey.RekeyError, match="--base no-such-commit: not a commit of this repository"):
+        rekey._commit_of("no-such-commit")
+    monkeypatch.setattr(rekey, "_commit_of", lambda rev: rev)
     monkeypatch.setattr(rekey, "sources_at", lambda base: {"the code at": base.encode()})
     monkeypatch.setattr(experiments, "run_key", lambda run, data_dir=DATA_DIR, device="cpu", code=None:
                         real_key(run, data_dir, device) if code is not None else new_key(run))
