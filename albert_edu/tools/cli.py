@@ -345,10 +345,10 @@ def configure_rekey(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--base", required=True, metavar="REV",
                    help="the commit whose training code made the committed results (the last before the change)")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="runs of chapter 11's grids to train again and compare")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="runs of chapter 11's grids to train again and compare "
+                                                           "(one at a time, on one thread, as the grids were trained)")
     p.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS,
                    help="the files of data/results/ to carry over (default: all four)")
-    p.add_argument("--workers", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     p.add_argument("--runs-dir", type=Path, help="the run cache (default: DATA_DIR/runs)")
     _data_dir_option(p)
 
@@ -358,7 +358,9 @@ def rekey(args) -> None:
     from albert_edu.experiments import RESULTS_DIR
     from albert_edu.tools.rekey import rekeyed
 
-    carried = rekeyed(args.base, args.runs, RESULTS_DIR, _check_grid(args), args.data_dir, args.workers,
+    if not (args.data_dir / "tokenizer" / "spiece.model").exists():
+        raise CommandError(f"no tokenizer in {args.data_dir}; run `{PROG} prepare-data` and `{PROG} train-tokenizer` first")
+    carried = rekeyed(args.base, args.runs, RESULTS_DIR, args.runs_dir or args.data_dir / "runs", args.data_dir,
                       tuple(args.grids))
     for path, results in carried.items():  # written only once every check has passed
         write_atomically(path, (json.dumps(results, indent=1) + "\n").encode())

@@ -65,6 +65,16 @@ def _commit_of(rev: str) -> str:
     return found.stdout.strip()
 
 
+def _code_commit() -> str:
+    """The commit whose training code runs now: HEAD's hash, with "-dirty" when a training module differs from it."""
+    from albert_edu.experiments import CODE_FILES
+
+    head = _commit_of("HEAD")
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *(f"albert_edu/{n}" for n in CODE_FILES)],
+                             cwd=ROOT, timeout=60).returncode
+    return head[:12] + ("-dirty" if changed else "")
+
+
 def _close(a, b) -> bool:
     """Equal but for rounding: numbers within REL_TOL or ABS_TOL, everything else (answers, counts, names) exactly."""
     if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or a is None or b is None:
@@ -123,13 +133,12 @@ def train_at(base: str, names: list[str], runs_dir: Path, data_dir: Path, worker
     return [Path(p) for p in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path, workers: int = 2,
+def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path,
             grids: tuple[str, ...] = GRIDS) -> dict[Path, dict]:
     """The carried-over contents of the files `grids` (of GRIDS), by path (nothing is written here)."""
     from albert_edu.ablations import ablation_runs, depth_scores, unique_runs
     from albert_edu.downstream import FINETUNE_RECIPES
     from albert_edu.experiments import run_dir, run_key, run_summary, scoring_key, table5_runs, train_all
-    from albert_edu.tools.checkpoints import commit
 
     unknown = [g for g in grids if g not in GRIDS]
     if not grids or unknown:
@@ -167,9 +176,10 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
     if not names or unknown:
         raise RekeyError(f"expected one or more runs of the ablation grids carried over, to train again "
                          f"(unknown: {unknown})")
-    at_base = train_at(base, names, Path(runs_dir) / f".rekey-{base}", data_dir, workers)
-    for name, path, base_path in zip(names, train_all([runs_of[chosen[n]][n] for n in names], runs_dir, data_dir,
-                                                      workers), at_base):
+    # one run at a time on one thread, as the grids were trained: a run on two threads rounds differently
+    at_base = train_at(base, names, Path(runs_dir) / f".rekey-{base}", data_dir, 1)
+    for name, path, base_path in zip(names, train_all([runs_of[chosen[n]][n] for n in names], runs_dir, data_dir, 1),
+                                     at_base):
         if weights(path) != weights(base_path):
             raise RekeyError(f"{name}: the code of {base} and today's train different weights ({base_path}, {path}): "
                              f"the change altered training; train the grids again")
@@ -185,7 +195,8 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
                              f"(relative {REL_TOL}, absolute {ABS_TOL}): it was not made by this recipe; train the "
                              f"grids again")
 
-    record = {"from": base, "to": commit(), "trained_again": list(names), "tolerance": {"rel": REL_TOL, "abs": ABS_TOL}}
+    record = {"from": base, "to": _code_commit(), "trained_again": list(names),
+              "tolerance": {"rel": REL_TOL, "abs": ABS_TOL}}
     carried = {}
     for path, results in files.items():
         if path in runs_of:  # an ablation grid
