@@ -4,6 +4,7 @@ comparisons that read the grid, and unrolling a shared model to other depths."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,14 +222,17 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
         shutil.copyfile(RESULTS_DIR / f"{name}.json", tmp_path / f"{name}.json")
     book = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
     real_key = experiments.run_key
-    new_key = lambda run, *args: hashlib.sha256(real_key(run).encode()).hexdigest()[:16]  # noqa: E731
+    package = Path(experiments.__file__).parent
+    at_base = {name: (package / name).read_bytes() for name in experiments.CODE_FILES}  # the committed keys' code
+    today = {name: code + b"\n# an input check\n" for name, code in at_base.items()}  # a change that moves them
+    new_key = lambda run: real_key(run, code=today)  # noqa: E731
     assert len(rekey._commit_of("HEAD")) == 40  # --base is recorded as the commit's full hash
     with pytest.raises(rekey.RekeyError, match="--base no-such-commit: not a commit of this repository"):
         rekey._commit_of("no-such-commit")
     monkeypatch.setattr(rekey, "_commit_of", lambda rev: rev)
-    monkeypatch.setattr(rekey, "sources_at", lambda base: {"the code at": base.encode()})
+    monkeypatch.setattr(rekey, "sources_at", lambda base: at_base)
     monkeypatch.setattr(experiments, "run_key", lambda run, data_dir=DATA_DIR, device="cpu", code=None:
-                        real_key(run, data_dir, device) if code is not None else new_key(run))
+                        real_key(run, data_dir, device, today if code is None else code))
     again = {name: {**summary, "seconds": 1.0, "tokens_per_s": 9} for name, summary in book["runs"].items()}
     monkeypatch.setattr(experiments, "train_all", lambda chosen, *args: [tmp_path / r.name for r in chosen])
     monkeypatch.setattr(experiments, "run_summary", lambda path: again[path.name])
