@@ -168,7 +168,7 @@ def test_cli_refuses_to_write_no_examples(tmp_path):
                              "--data-dir", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 1 and not out.exists()
     assert f"no sop examples from the 0 documents of {tmp_path / 'prepared' / 'train.jsonl'}" in result.stderr
-    assert "run `albert-edu prepare-data`" in result.stderr
+    assert "run `albert-edu prepare-data --force` to rebuild the prepared corpus" in result.stderr
 
 
 LONG = 2000  # no truncation and one chunk per document for the generated documents below
