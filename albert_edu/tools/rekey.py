@@ -96,7 +96,9 @@ def _differences(again: dict, committed: dict) -> list[str]:
 
 def weights(path: Path) -> bytes:
     """A finished run's weight file, in whichever layout it was saved."""
-    found = [path / name for name in ("model.safetensors", "albert_edu.safetensors") if (path / name).is_file()]
+    from albert_edu.checkpoint import OUR_WEIGHTS, WEIGHTS
+
+    found = [path / name for name in (WEIGHTS, OUR_WEIGHTS) if (path / name).is_file()]
     return found[0].read_bytes()
 
 
