@@ -14,6 +14,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -463,7 +464,7 @@ def prepare_large(data_dir: Path = LARGE_DIR, workers: int = 2) -> dict:
 
 # ---- the tokenizer of the large corpus ------------------------------------------------------------------------------
 
-LARGE_VOCAB_SIZE = 16000  # chosen in section 2.5 from vocabulary_sizes' measurements (data/results/vocabulary-large.json)
+LARGE_VOCAB_SIZE = 8000  # chosen in section 2.5 from vocabulary_sizes' measurements (data/results/vocabulary-large.json)
 
 
 def train_large_tokenizer(out_dir: Path | None = None, vocab_size: int = LARGE_VOCAB_SIZE,
@@ -491,6 +492,7 @@ def vocabulary_sizes(sizes: tuple[int, ...] = (8000, 16000, 32000), coverages: t
     from albert_edu.corpus import load_documents
     from albert_edu.tokenizer import Tokenizer
 
+    started = time.perf_counter()
     held_out = [s for d in load_documents("validation", data_dir) for s in d.sentences]
     train = [s for d in load_documents("train", data_dir) for s in d.sentences]
     words = sum(len(s.split()) for s in held_out)
@@ -507,4 +509,8 @@ def vocabulary_sizes(sizes: tuple[int, ...] = (8000, 16000, 32000), coverages: t
                          "held_out_words": words, "pieces_per_word": pieces / words,
                          "unk_share": sum(i.count(tokenizer.unk_id) for i in ids) / pieces,
                          "train_pieces": int(counts.sum()), "rare_rows": int((counts[5:] < 100).sum())})
-    return {"data": json.loads((data_dir / "prepared" / "stats.json").read_text())["inputs"], "rows": rows}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    return {"command": "albert-edu train-tokenizer --corpus large --compare " + " ".join(map(str, sizes)),
+            "commit": commit or None, "minutes": round((time.perf_counter() - started) / 60, 1),
+            "data": json.loads((data_dir / "prepared" / "stats.json").read_text())["inputs"], "rows": rows}

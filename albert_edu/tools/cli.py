@@ -76,11 +76,11 @@ def prepare_data(args) -> None:
 
 def configure_train_tokenizer(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", choices=("small", "large"), default="small",
-                   help="small: 8,000 pieces in data/tokenizer/; large: 16,000 pieces, every character of the text in "
+                   help="small: 8,000 pieces in data/tokenizer/; large: 8,000 pieces, every character of the text in "
                         "the alphabet, in data/large/tokenizer/ (section 2.5)")
     p.add_argument("--data-dir", type=Path,
                    help="where prepared/ and tokenizer/ are (default: data/, or data/large/ for the large corpus)")
-    p.add_argument("--vocab-size", type=int, help="pieces (default: 8000 for the small corpus, 16000 for the large)")
+    p.add_argument("--vocab-size", type=int, help="pieces (default: 8000 for either corpus)")
     p.add_argument("--out", type=Path, help="output directory (default: DATA_DIR/tokenizer)")
     p.add_argument("--compare", type=int, nargs="+", metavar="SIZE",
                    help="large corpus: train these sizes at ALBERT's character coverage and at 1.0, measure each on "
