@@ -190,8 +190,9 @@ MIN_PROSE_WORDS = 8
 
 def is_prose(paragraph: str) -> bool:
     """A paragraph of a manual that reads as English prose: at least 8 words, at least 70% of them plain words
-    (letters, perhaps capitalized, with punctuation around them; not code, numbers or paths), and at least one of
-    English's commonest function words."""
+    (ASCII letters, capitalized at most at the start, with punctuation around them: not code, numbers or paths, and
+    so not acronyms, CamelCase names or accented words either), and at least one of English's commonest function
+    words."""
     tokens = paragraph.split()
     if len(tokens) < MIN_PROSE_WORDS:
         return False
@@ -211,10 +212,11 @@ _VERSE = re.compile(r"^\d+:\d+\s+")
 
 
 def read_gutenberg(name: str, data: bytes) -> tuple[str, list[str]]:
-    """A Project Gutenberg book as plain text: paragraphs are separated by blank lines. Headings are dropped:
-    bracketed lines ([BOOK I.], the title), lines without a lower-case letter (CHAPTER IV), and short lines that
-    end without punctuation; the Bible's verse numbers (1:1) are removed. Two of the books are Latin-1 text
-    (Brunetière, Cæsar), as Project Gutenberg's files of the 1990s were: a file that is not UTF-8 is read as that."""
+    """A Project Gutenberg book as plain text: paragraphs are blocks separated by blank lines. Headings are
+    dropped: bracketed blocks ([BOOK I.], the title), blocks without a lower-case letter (CHAPTER IV), and blocks
+    of at most 12 words that end without punctuation; the Bible's verse numbers (1:1) are removed. Two of the books
+    are Latin-1 text, as Project Gutenberg's files of the 1990s were (Chesterton's The Ball and the Cross writes
+    Brunetière, Julius Caesar writes Cæsar): a file that is not UTF-8 is read as that."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
