@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import platform
 import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -107,11 +108,13 @@ def main(argv: list[str] | None = None) -> None:
     speed = [step_speed(g, precision, args.runs_dir, args.speed_data_dir, args.device, args.speed_steps)
              for g in args.speed for precision in ("fp32", "bf16")]
     jobs = [(g, lr) for g in args.geometries for lr in args.rates]
-    # spawned, not forked: a fork after the timed runs (or after CUDA starts) inherits locked thread pools
-    with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = list(pool.map(sweep_run, *zip(*jobs), *([x] * len(jobs) for x in
-                                                        (args.runs_dir, args.data_dir, args.device, args.steps))))
-    command = "python -m albert_edu.tools.large_sweep " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    columns = [*zip(*jobs), *([x] * len(jobs) for x in (args.runs_dir, args.data_dir, args.device, args.steps))]
+    if args.parallel == 1:
+        runs = list(map(sweep_run, *columns))
+    else:  # spawned, not forked: a fork after the timed runs (or after CUDA starts) inherits locked thread pools
+        with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+            runs = list(pool.map(sweep_run, *columns))
+    command = "python -m albert_edu.tools.large_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, **_machine(args.device), "minutes": round((time.perf_counter() - started) / 60, 2),
               "data": json.loads((args.data_dir / "prepared" / "stats.json").read_text())["inputs"],
               "speed": speed, "runs": runs}

@@ -1,0 +1,24 @@
+"""albert_edu.tools.large_sweep, the learning-rate sweep and step timing of section 2.5's corpus, on the small
+corpus and two steps: it writes each run's evaluations and training loss with the command and the data it read,
+and reads a finished run back instead of training it again."""
+
+import json
+
+from albert_edu.corpus import DATA_DIR
+from albert_edu.tools.large_sweep import main
+
+
+def test_the_sweep_records_its_runs_and_reads_finished_ones_back(tmp_path, small_validation):
+    args = ["--data-dir", str(DATA_DIR), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "sweep.json"),
+            "--geometries", "E64-H128-L6", "--rates", "0.001", "--steps", "2"]
+    main(args)
+    first = json.loads((tmp_path / "sweep.json").read_text())
+    (run,) = first["runs"]
+    assert (run["geometry"], run["lr"], run["steps"], run["batch_size"]) == ("E64-H128-L6", 0.001, 2, 128)
+    assert [e["step"] for e in run["evaluations"]] == [2] and 0 < run["evaluations"][0]["mlm_loss"] < 10
+    assert first["command"].endswith(" ".join(args)) and first["data"] == json.loads(
+        (DATA_DIR / "prepared" / "stats.json").read_text())["inputs"]
+    weights = (tmp_path / "runs" / "E64-H128-L6-lr0.001-2" / "model.safetensors").stat().st_mtime_ns
+    main(args)  # finished: read back, not trained again
+    assert (tmp_path / "runs" / "E64-H128-L6-lr0.001-2" / "model.safetensors").stat().st_mtime_ns == weights
+    assert json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["evaluations"] == run["evaluations"]
