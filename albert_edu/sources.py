@@ -361,7 +361,7 @@ SOURCES = (
 PART_WORDS = 2000  # a longer text becomes documents of about this many words, cut between paragraphs
 HELD_OUT = 10  # one document in ten of each source is held out
 RUNNING_TEXT_PARAGRAPHS = 3  # a document of at least this many paragraphs counts as running text
-LARGE_RECIPE = 1  # bump when the cleaning, the parts or the split change, so that prepared data is rebuilt
+LARGE_RECIPE = 2  # bump when the cleaning, the parts or the split change, so that prepared data is rebuilt
 
 
 def read_source(source: Source, raw_dir: Path) -> list[tuple[str, str, list[str]]]:
