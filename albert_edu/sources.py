@@ -474,7 +474,7 @@ def train_large_tokenizer(out_dir: Path | None = None, vocab_size: int = LARGE_V
     """Chapter 2's train_tokenizer on the large corpus, with one of its options changed: every character of the
     training text is in SentencePiece's alphabet (character_coverage 1.0 instead of ALBERT's 0.99995). The manuals
     write Greek letters and mathematical signs, rare enough for the coverage rule to leave out and common enough
-    to make 0.015% of the held-out pieces <unk>. The stamp (training.json) records the options used."""
+    to make 0.014% of the held-out pieces <unk>. The stamp (training.json) records the options used."""
     from albert_edu import tokenizer
 
     original = tokenizer.TRAINER_OPTIONS
