@@ -20,12 +20,6 @@ from pathlib import Path
 
 import torch
 
-from albert_edu.config import AlbertConfig
-from albert_edu.corpus import DATA_DIR
-from albert_edu.sources import LARGE_DIR
-from albert_edu.tokenizer import Tokenizer
-from albert_edu.training import TrainingConfig, pretrain
-
 GEOMETRIES = {
     "E64-H128-L6": dict(embedding_size=64, hidden_size=128, num_hidden_layers=6, num_attention_heads=2,
                         intermediate_size=512),  # the experiments' model (chapters 8-11)
@@ -40,11 +34,15 @@ RATES = (1e-3, 2e-3, 4e-3, 8e-3)
 STEPS, BATCH, MAX_SEQ_LEN = 600, 128, 128
 
 
-def model_config(geometry: str, vocab_size: int) -> AlbertConfig:
+def model_config(geometry: str, vocab_size: int):
+    from albert_edu.config import AlbertConfig
+
     return AlbertConfig.from_preset("tiny", vocab_size=vocab_size, sharing="all", **GEOMETRIES[geometry])
 
 
-def training_config(lr: float, steps: int = STEPS, evaluations: int = 3) -> TrainingConfig:
+def training_config(lr: float, steps: int = STEPS, evaluations: int = 3):
+    from albert_edu.training import TrainingConfig
+
     return TrainingConfig(objective="none", steps=steps, batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, lr=lr,
                           warmup_steps=max(1, steps // 15), eval_every=steps // evaluations, log_every=10)
 
@@ -55,6 +53,9 @@ def _log(path: Path) -> list[dict]:
 
 def sweep_run(geometry: str, lr: float, runs_dir: Path, data_dir: Path, device: str, steps: int = STEPS) -> dict:
     """One run of the sweep, trained now or read from its folder: its evaluations and training loss."""
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import pretrain
+
     out = Path(runs_dir) / f"{geometry}-lr{lr:g}-{steps}"
     started = time.perf_counter()
     if not (out / "model.safetensors").exists():
@@ -72,6 +73,9 @@ def sweep_run(geometry: str, lr: float, runs_dir: Path, data_dir: Path, device: 
 def step_speed(geometry: str, precision: str, runs_dir: Path, data_dir: Path, device: str, steps: int) -> dict:
     """Tokens per second of `steps` training steps (the library's loop: batches, the step, its log line; the
     examples are made before the clock starts), in a fresh folder each time."""
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import pretrain
+
     out = Path(runs_dir) / f"speed-{geometry}-{precision}-{time.time_ns()}"
     vocab = Tokenizer.load(Path(data_dir) / "tokenizer").vocab_size
     pretrain(model_config(geometry, vocab), training_config(1e-3, steps, evaluations=steps + 1), out,
@@ -90,6 +94,9 @@ def _machine(device: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from albert_edu.corpus import DATA_DIR
+    from albert_edu.sources import LARGE_DIR
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--data-dir", type=Path, default=LARGE_DIR)
