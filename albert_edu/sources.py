@@ -10,6 +10,7 @@ import hashlib
 import html
 import io
 import json
+import os
 import re
 import subprocess
 import tarfile
@@ -485,6 +486,17 @@ def train_large_tokenizer(out_dir: Path | None = None, vocab_size: int = LARGE_V
         tokenizer.TRAINER_OPTIONS = original
 
 
+def code_commit() -> str | None:
+    """The commit of the checkout this code runs from, for a results file's provenance; where the tree is a copy
+    without git (a GPU machine's), the commit named in $ALBERT_EDU_COMMIT, else None."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+    except FileNotFoundError:  # no git installed
+        commit = ""
+    return commit or os.environ.get("ALBERT_EDU_COMMIT")
+
+
 def vocabulary_sizes(sizes: tuple[int, ...] = (8000, 16000, 32000), coverages: tuple[float, ...] = (0.99995, 1.0),
                      data_dir: Path = LARGE_DIR) -> dict:
     """What the vocabulary size buys on the large corpus: for each size and character coverage, a tokenizer trained
@@ -511,8 +523,6 @@ def vocabulary_sizes(sizes: tuple[int, ...] = (8000, 16000, 32000), coverages: t
                          "held_out_words": words, "pieces_per_word": pieces / words,
                          "unk_share": sum(i.count(tokenizer.unk_id) for i in ids) / pieces,
                          "train_pieces": int(counts.sum()), "rare_rows": int((counts[5:] < 100).sum())})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
     return {"command": "albert-edu train-tokenizer --corpus large --compare " + " ".join(map(str, sizes)),
-            "commit": commit or None, "minutes": round((time.perf_counter() - started) / 60, 1),
+            "commit": code_commit(), "minutes": round((time.perf_counter() - started) / 60, 1),
             "data": json.loads((data_dir / "prepared" / "stats.json").read_text())["inputs"], "rows": rows}

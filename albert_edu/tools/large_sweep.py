@@ -10,9 +10,7 @@ Each run is `training.pretrain` with a TrainingConfig and a model configuration 
 import argparse
 import json
 import multiprocessing
-import os
 import platform
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -85,11 +83,9 @@ def step_speed(geometry: str, precision: str, runs_dir: Path, data_dir: Path, de
 
 
 def _machine(device: str) -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except FileNotFoundError:  # no git where it runs (a copy of the tree): the caller names the commit
-        commit = ""
-    return {"commit": commit or os.environ.get("ALBERT_EDU_COMMIT"), "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
+    from albert_edu.sources import code_commit
+
+    return {"commit": code_commit(), "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
             "torch": torch.__version__}
 
 
