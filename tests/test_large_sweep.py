@@ -5,7 +5,9 @@ and reads a finished run back instead of training it again."""
 import json
 
 from albert_edu.corpus import DATA_DIR
-from albert_edu.tools.large_sweep import main
+import pytest
+
+from albert_edu.tools.large_sweep import main, parse_run
 
 
 def test_the_sweep_records_its_runs_and_reads_finished_ones_back(tmp_path, small_validation):
@@ -18,7 +20,16 @@ def test_the_sweep_records_its_runs_and_reads_finished_ones_back(tmp_path, small
     assert [e["step"] for e in run["evaluations"]] == [2] and 0 < run["evaluations"][0]["mlm_loss"] < 10
     assert first["command"].endswith(" ".join(args)) and first["data"] == json.loads(
         (DATA_DIR / "prepared" / "stats.json").read_text())["inputs"]
-    weights = (tmp_path / "runs" / "E64-H128-L6-lr0.001-2" / "model.safetensors").stat().st_mtime_ns
+    weights = (tmp_path / "runs" / "E64-H128-L6-lamb0.001-b128-2" / "model.safetensors").stat().st_mtime_ns
     main(args)  # finished: read back, not trained again
-    assert (tmp_path / "runs" / "E64-H128-L6-lr0.001-2" / "model.safetensors").stat().st_mtime_ns == weights
+    assert (tmp_path / "runs" / "E64-H128-L6-lamb0.001-b128-2" / "model.safetensors").stat().st_mtime_ns == weights
     assert json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["evaluations"] == run["evaluations"]
+
+
+def test_a_run_is_written_geometry_batch_optimizer_rate_steps():
+    assert parse_run("E128-H256-L6/b32/adamw/1e-3/4500") == {
+        "geometry": "E128-H256-L6", "batch_size": 32, "optimizer": "adamw", "lr": 1e-3, "steps": 4500}
+    for spec in ("E64-H128-L6/b32/lamb/4e-3", "E64-H128-L6/bx/lamb/4e-3/10", "E9-H9-L9/b32/lamb/4e-3/10",
+                 "E64-H128-L6/b32/sgd/4e-3/10"):
+        with pytest.raises(ValueError, match="run 'E"):
+            parse_run(spec)

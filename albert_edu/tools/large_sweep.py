@@ -3,9 +3,12 @@ train, at several LAMB rates, the held-out MLM loss deciding; and the speed of a
 bf16 autocast for each geometry (on a GPU, where the two differ).
 
     python -m albert_edu.tools.large_sweep --device cuda --parallel 8 --out data/results/sweep-large.json
+    python -m albert_edu.tools.large_sweep --runs E64-H128-L6/b32/lamb/4e-3/6000 E128-H256-L6/b128/adamw/1e-3/4500
 
 Each run is `training.pretrain` with a TrainingConfig and a model configuration written out below, in a folder of
---runs-dir named after its geometry and rate; a finished one is read back, not trained again."""
+--runs-dir named after its geometry, optimizer, rate, batch and steps; a finished one is read back, not trained
+again. A run is the grid's (--geometries x --rates, at --batch, --optimizer, --steps) or one of --runs, each
+written geometry/bBATCH/OPTIMIZER/RATE/STEPS."""
 
 import argparse
 import json
@@ -38,48 +41,103 @@ def model_config(geometry: str, vocab_size: int):
     return AlbertConfig.from_preset("tiny", vocab_size=vocab_size, sharing="all", **GEOMETRIES[geometry])
 
 
-def training_config(lr: float, steps: int = STEPS, evaluations: int = 3):
+def training_config(lr: float, steps: int = STEPS, evaluations: int = 3, batch_size: int = BATCH,
+                    optimizer: str = "lamb"):
     from albert_edu.training import TrainingConfig
 
-    return TrainingConfig(objective="none", steps=steps, batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, lr=lr,
-                          warmup_steps=max(1, steps // 15), eval_every=steps // evaluations, log_every=10)
+    return TrainingConfig(objective="none", steps=steps, batch_size=batch_size, max_seq_len=MAX_SEQ_LEN, lr=lr,
+                          optimizer=optimizer, warmup_steps=max(1, steps // 15), eval_every=steps // evaluations,
+                          log_every=10)
+
+
+def parse_run(spec: str) -> dict:
+    """geometry/bBATCH/OPTIMIZER/RATE/STEPS, as --runs takes it, as keyword arguments of sweep_run."""
+    from albert_edu.training import OPTIMIZERS
+
+    parts = spec.split("/")
+    try:
+        geometry, batch, optimizer, lr, steps = parts
+        run = {"geometry": geometry, "batch_size": int(batch.removeprefix("b")), "optimizer": optimizer,
+               "lr": float(lr), "steps": int(steps)}
+    except ValueError:
+        raise ValueError(f"run {spec!r}: expected GEOMETRY/bBATCH/OPTIMIZER/RATE/STEPS, as in "
+                         f"E64-H128-L6/b128/lamb/8e-3/4000") from None
+    if geometry not in GEOMETRIES or optimizer not in OPTIMIZERS:
+        raise ValueError(f"run {spec!r}: expected a geometry of {sorted(GEOMETRIES)} and an optimizer of "
+                         f"{sorted(OPTIMIZERS)}")
+    return run
 
 
 def _log(path: Path) -> list[dict]:
     return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
 
 
-def sweep_run(geometry: str, lr: float, runs_dir: Path, data_dir: Path, device: str, steps: int = STEPS) -> dict:
-    """One run of the sweep, trained now or read from its folder: its evaluations and training loss."""
+def sweep_run(geometry: str, lr: float, runs_dir: Path, data_dir: Path, device: str, steps: int = STEPS,
+              batch_size: int = BATCH, optimizer: str = "lamb", precision: str = "auto", threads: int = 0,
+              evaluations: int = 3) -> dict:
+    """One run of the sweep, trained now or read from its folder: its evaluations and training loss.
+    threads: the CPU threads of this process (0: PyTorch's default)."""
     from albert_edu.tokenizer import Tokenizer
     from albert_edu.training import pretrain
 
-    out = Path(runs_dir) / f"{geometry}-lr{lr:g}-{steps}"
+    if threads:
+        torch.set_num_threads(threads)
+    out = Path(runs_dir) / f"{geometry}-{optimizer}{lr:g}-b{batch_size}-{steps}"
     started = time.perf_counter()
     if not (out / "model.safetensors").exists():
         vocab = Tokenizer.load(Path(data_dir) / "tokenizer").vocab_size
-        pretrain(model_config(geometry, vocab), training_config(lr, steps), out, resume=(out / "log.jsonl").exists(),
-                 data_dir=data_dir, progress=False, device=device)
+        pretrain(model_config(geometry, vocab), training_config(lr, steps, evaluations, batch_size, optimizer), out,
+                 resume=(out / "log.jsonl").exists(), data_dir=data_dir, progress=False, device=device,
+                 precision=precision)
     records = _log(out)
-    return {"geometry": geometry, "lr": lr, "steps": steps, "batch_size": BATCH, "max_seq_len": MAX_SEQ_LEN,
+    return {"geometry": geometry, "optimizer": optimizer, "lr": lr, "steps": steps, "batch_size": batch_size,
+            "max_seq_len": MAX_SEQ_LEN, "precision": precision,
             "seconds": round(time.perf_counter() - started, 1),
             "evaluations": [{"step": r["step"], **r["eval"]} for r in records if "eval" in r],
             "loss": [[r["step"], r["loss"]] for r in records if "loss" in r and r["step"] % 50 == 0],
             "tokens_per_s": [r for r in records if "loss" in r][-1]["tokens_per_s"]}
 
 
-def step_speed(geometry: str, precision: str, runs_dir: Path, data_dir: Path, device: str, steps: int) -> dict:
-    """Tokens per second of `steps` training steps (the library's loop: batches, the step, its log line; the
-    examples are made before the clock starts), in a fresh folder each time."""
-    from albert_edu.tokenizer import Tokenizer
-    from albert_edu.training import pretrain
+def step_speed(geometry: str, data_dir: Path, device: str, steps: int, rounds: int = 5, batch_size: int = BATCH,
+               runs_dir: Path | None = None) -> dict:
+    """Tokens per second of the library's training step (`training.train_step`: the batch taken from the stream,
+    forward, backward, LAMB) in fp32 and under bf16 autocast, warm and interleaved: one model, `steps` steps in
+    each precision to warm up, then `rounds` rounds of `steps` steps in each, the order alternating from round
+    to round, each timed with the device synchronized; the medians over the rounds and every round's figure.
+    As in `training.start_run`, the bf16 path lets the products autocast leaves in fp32 use TF32, fp32 does not."""
+    import statistics
+    import tempfile
 
-    out = Path(runs_dir) / f"speed-{geometry}-{precision}-{time.time_ns()}"
-    vocab = Tokenizer.load(Path(data_dir) / "tokenizer").vocab_size
-    pretrain(model_config(geometry, vocab), training_config(1e-3, steps, evaluations=steps + 1), out,
-             data_dir=data_dir, progress=False, device=device, precision=precision)  # evaluated after the last step only
-    return {"geometry": geometry, "precision": precision, "steps": steps,
-            "tokens_per_s": [r for r in _log(out) if "loss" in r][-1]["tokens_per_s"]}
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import start_run, train_step
+
+    tokenizer = Tokenizer.load(Path(data_dir) / "tokenizer")
+    config = training_config(1e-3, steps * (2 * rounds + 2) + 1, batch_size=batch_size)
+    with tempfile.TemporaryDirectory(dir=runs_dir) as out:
+        run = start_run(model_config(geometry, tokenizer.vocab_size), config, Path(out), False, Path(data_dir),
+                        tokenizer, device=device, precision="fp32")
+        dtypes = {"fp32": None, "bf16": torch.bfloat16}
+
+        def timed(precision: str) -> float:
+            run.dtype = dtypes[precision]
+            if run.device.type == "cuda":
+                torch.backends.cuda.matmul.fp32_precision = "tf32" if precision == "bf16" else "ieee"
+                torch.cuda.synchronize()
+            started, tokens = time.perf_counter(), 0
+            for _ in range(steps):
+                tokens += train_step(run, config)["tokens"]
+            if run.device.type == "cuda":
+                torch.cuda.synchronize()
+            return tokens / (time.perf_counter() - started)
+
+        for precision in dtypes:
+            timed(precision)
+        rounds_seen = {precision: [] for precision in dtypes}
+        for r in range(rounds):
+            for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
+                rounds_seen[precision].append(round(timed(precision)))
+    return {"geometry": geometry, "batch_size": batch_size, "steps": steps, "rounds": rounds_seen,
+            **{f"{p}_tokens_per_s": round(statistics.median(v)) for p, v in rounds_seen.items()}}
 
 
 def _machine(device: str) -> dict:
@@ -99,24 +157,36 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs-dir", type=Path, default=LARGE_DIR / "runs")
     p.add_argument("--out", type=Path, default=DATA_DIR / "results" / "sweep-large.json")
     p.add_argument("--geometries", nargs="+", default=["E64-H128-L6", "E128-H256-L6"], choices=sorted(GEOMETRIES))
-    p.add_argument("--rates", nargs="+", type=float, default=list(RATES))
+    p.add_argument("--rates", nargs="*", type=float, default=list(RATES), help="none: the --runs alone")
     p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--batch", type=int, default=BATCH, help="the grid's batch size")
+    p.add_argument("--optimizer", default="lamb", help="the grid's optimizer")
+    p.add_argument("--runs", nargs="*", default=[], metavar="SPEC",
+                   help="runs beside the grid, each GEOMETRY/bBATCH/OPTIMIZER/RATE/STEPS (--rates none: these alone)")
+    p.add_argument("--evaluations", type=int, default=3, help="held-out evaluations a run, evenly spaced")
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    p.add_argument("--threads", type=int, default=0, help="CPU threads a run (0: PyTorch's default)")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (processes; on a GPU they share it)")
     p.add_argument("--speed", nargs="*", default=[], choices=sorted(GEOMETRIES),
                    help="also time fp32 and bf16 steps of these geometries, one at a time, before the sweep")
     p.add_argument("--speed-data-dir", type=Path, default=DATA_DIR, help="the corpus the timed runs read")
-    p.add_argument("--speed-steps", type=int, default=150)
+    p.add_argument("--speed-steps", type=int, default=20, help="steps a timed round")
+    p.add_argument("--speed-rounds", type=int, default=5)
     args = p.parse_args(argv)
     started = time.perf_counter()
-    speed = [step_speed(g, precision, args.runs_dir, args.speed_data_dir, args.device, args.speed_steps)
-             for g in args.speed for precision in ("fp32", "bf16")]
-    jobs = [(g, lr) for g in args.geometries for lr in args.rates]
-    columns = [*zip(*jobs), *([x] * len(jobs) for x in (args.runs_dir, args.data_dir, args.device, args.steps))]
+    args.runs_dir.mkdir(parents=True, exist_ok=True)
+    speed = [step_speed(g, args.speed_data_dir, args.device, args.speed_steps, args.speed_rounds,
+                        runs_dir=args.runs_dir) for g in args.speed]
+    grid = [] if args.rates == [] else [dict(geometry=g, lr=lr, steps=args.steps, batch_size=args.batch,
+                                             optimizer=args.optimizer) for g in args.geometries for lr in args.rates]
+    jobs = grid + [parse_run(spec) for spec in args.runs]
+    shared = dict(runs_dir=args.runs_dir, data_dir=args.data_dir, device=args.device, precision=args.precision,
+                  threads=args.threads, evaluations=args.evaluations)
     if args.parallel == 1:
-        runs = list(map(sweep_run, *columns))
+        runs = [sweep_run(**job, **shared) for job in jobs]
     else:  # spawned, not forked: a fork after the timed runs (or after CUDA starts) inherits locked thread pools
         with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-            runs = list(pool.map(sweep_run, *columns))
+            runs = [f.result() for f in [pool.submit(sweep_run, **job, **shared) for job in jobs]]
     command = "python -m albert_edu.tools.large_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": command, **_machine(args.device), "minutes": round((time.perf_counter() - started) / 60, 2),
               "data": json.loads((args.data_dir / "prepared" / "stats.json").read_text())["inputs"],
@@ -125,10 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for r in runs:
         final = r["evaluations"][-1]
-        print(f"{r['geometry']:14s} lr {r['lr']:<7g} held-out MLM loss {final['mlm_loss']:.3f} "
+        print(f"{r['geometry']:14s} b{r['batch_size']:<4d} {r['optimizer']} {r['lr']:<7g} held-out MLM loss {final['mlm_loss']:.3f} "
               f"accuracy {final['mlm_accuracy']:.3f}  {r['tokens_per_s']:,} tokens/s")
     for s in speed:
-        print(f"{s['geometry']:14s} {s['precision']}: {s['tokens_per_s']:,} tokens/s")
+        print(f"{s['geometry']:14s} fp32 {s['fp32_tokens_per_s']:,} bf16 {s['bf16_tokens_per_s']:,} tokens/s "
+              f"(medians of {args.speed_rounds} warm interleaved rounds)")
 
 
 if __name__ == "__main__":
