@@ -487,14 +487,17 @@ def train_large_tokenizer(out_dir: Path | None = None, vocab_size: int = LARGE_V
 
 
 def code_commit() -> str | None:
-    """The commit of the checkout this code runs from, for a results file's provenance; where the tree is a copy
-    without git (a GPU machine's), the commit named in $ALBERT_EDU_COMMIT, else None."""
+    """The commit of the checkout this code runs from, for a results file's provenance: the one named in
+    $ALBERT_EDU_COMMIT where it is set (a copy of the tree on a GPU machine, whose git folder, if any, may be
+    older than the files), else git's, else None."""
+    if os.environ.get("ALBERT_EDU_COMMIT"):
+        return os.environ["ALBERT_EDU_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
     except FileNotFoundError:  # no git installed
         commit = ""
-    return commit or os.environ.get("ALBERT_EDU_COMMIT")
+    return commit or None
 
 
 def vocabulary_sizes(sizes: tuple[int, ...] = (8000, 16000, 32000), coverages: tuple[float, ...] = (0.99995, 1.0),

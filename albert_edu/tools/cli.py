@@ -11,6 +11,7 @@ import argparse
 import inspect
 import json
 import sys
+import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -530,6 +531,42 @@ def explore(args) -> None:
         raise CommandError(f"voila exited with status {status}")
 
 
+def configure_pretrain_book(p: argparse.ArgumentParser) -> None:
+    from albert_edu.sources import LARGE_DIR
+
+    _device_option(p)
+    p.add_argument("--out", type=Path, default=LARGE_DIR / "runs" / "albert-book",
+                   help="the run's folder; a run already there is resumed (default: data/large/runs/albert-book)")
+    p.add_argument("--commit", type=Path, metavar="RUN",
+                   help="instead of training: copy the finished run in RUN into data/checkpoints/albert-book/ with "
+                        "its provenance (--minutes, --device-name)")
+    p.add_argument("--minutes", type=float, help="with --commit: the minutes the run trained")
+    p.add_argument("--device-name", help="with --commit: the machine it trained on, e.g. 'NVIDIA H200'")
+    p.add_argument("--score", action="store_true",
+                   help="instead of training: the held-out targets and the probes, recomputed from the committed "
+                        "checkpoint, into data/results/albert-book.json")
+
+
+def pretrain_book(args) -> None:
+    from albert_edu.tools import book_model
+    from albert_edu.tools.checkpoints import commit
+
+    if args.commit is not None:
+        if args.minutes is None or not args.device_name:
+            raise CommandError("--commit needs --minutes and --device-name: the provenance records both")
+        record = book_model.commit_checkpoint(args.commit, args.device_name, args.minutes, commit())
+        print(json.dumps({k: record[k] for k in ("tokens_seen", "held_out_at_end", "sha256")}, indent=1))
+    elif args.score:
+        result = book_model.score()
+        print(json.dumps({k: v for k, v in result.items() if k not in ("probes", "per_document")}, indent=1))
+    else:
+        started = time.perf_counter()
+        result = book_model.train(args.out, _device(args.device))
+        print(json.dumps(result))
+        print(f"{(time.perf_counter() - started) / 60:.1f} minutes this sitting; to commit the finished run: "
+              f"albert-edu pretrain-book --commit {args.out} --minutes M --device-name NAME")
+
+
 # name: (help, configure, run)
 COMMANDS = {
     "prepare-data": ("fetch, verify, clean and split the corpus (chapter 2)", configure_prepare_data, prepare_data),
@@ -537,6 +574,8 @@ COMMANDS = {
                         train_tokenizer),
     "make-examples": ("write pre-training examples as JSON lines (chapter 6)", configure_make_examples, make_examples),
     "pretrain": ("pre-train an ALBERT (chapter 7); also runs under torchrun", configure_pretrain, pretrain),
+    "pretrain-book": ("train the book's pre-trained ALBERT on the large corpus (chapter 7, section 7.6), resuming "
+                      "where a run stopped; or commit or score it", configure_pretrain_book, pretrain_book),
     "experiment": ("train (or load from the cache) the runs of chapters 8 and 9 and write their results",
                    configure_experiment, experiment),
     "finetune": ("fine-tune pre-trained encoders on sentiment and a continuation task (chapter 10)",

@@ -1,0 +1,227 @@
+"""The book's pre-trained ALBERT: an MLM-only ALBERT trained on the large corpus (data/large/, chapter 2,
+section 2.5) with the recipe below, chosen by the sweeps in data/results/sweep-large-*.json, and committed in
+data/checkpoints/albert-book/ with the record of how it was made (chapter 7, section 7.6).
+
+    albert-edu pretrain-book [--device cpu|cuda] [--out DIR]   # trains, or resumes the run in DIR
+    albert-edu pretrain-book --commit DIR [--minutes M --device-name NAME]   # DIR's finished run into data/checkpoints/
+    albert-edu pretrain-book --score   # the held-out targets and the probes, recomputed from the checkpoint
+
+The recipe is the same command on any device: about 3.3 hours on 2 CPU cores by its step time, 4 minutes on one H200.
+`score` writes data/results/albert-book.json: the held-out MLM accuracy and loss per document (every held-out
+document's examples, with a bootstrap interval over documents), the unigram yardstick on the same masked pieces,
+and the fill-mask probes of data/probes-large.json."""
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from albert_edu.tools.manifest import ROOT
+
+RECIPE = {"geometry": "E128-H256-L6", "batch_size": 128, "optimizer": "adamw", "lr": 2e-3, "steps": 1800,
+          "evaluations": 6}
+SAVE_EVERY = 100  # a checkpoint to resume from every 100 steps (about 11 minutes on 2 CPU cores)
+FILES = ("config.json", "log.jsonl", "model.safetensors")
+BOOK_DIR = ROOT / "data" / "checkpoints" / "albert-book"
+RESULTS = ROOT / "data" / "results" / "albert-book.json"
+PROBES = ROOT / "data" / "probes-large.json"
+COMMAND = "albert-edu pretrain-book"
+
+
+def model_config():
+    from albert_edu.sources import LARGE_VOCAB_SIZE
+    from albert_edu.tools.large_sweep import model_config
+
+    return model_config(RECIPE["geometry"], LARGE_VOCAB_SIZE)
+
+
+def training_config(save_every: int = SAVE_EVERY):
+    """The recipe's TrainingConfig: large_sweep's for the same run (warm-up over the first 1/15 of the steps, six
+    evaluations), with a checkpoint every `save_every` steps, which changes nothing else."""
+    from dataclasses import replace
+
+    from albert_edu.tools.large_sweep import training_config
+
+    r = RECIPE
+    return replace(training_config(r["lr"], r["steps"], r["evaluations"], r["batch_size"], r["optimizer"]),
+                   save_every=save_every)
+
+
+def train(out: Path, device: str = "cpu", stop_after: int | None = None, progress: bool = True) -> dict:
+    """Train the recipe into `out`, or resume the run there; fp32 on every device, so that a run made on a GPU
+    and one made on the CPU follow the same log to within rounding."""
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.training import pretrain
+
+    out = Path(out)
+    return pretrain(model_config(), training_config(), out, resume=(out / "log.jsonl").exists(), data_dir=LARGE_DIR,
+                    stop_after=stop_after, progress=progress, device=device, precision="fp32")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def commit_checkpoint(run: Path, device: str, minutes: float, commit: str, command: str = COMMAND,
+                      folder: Path = BOOK_DIR) -> dict:
+    """Copy a finished run of the recipe into `folder` with provenance.json: the command, the code's commit, the
+    device, the minutes of training, the tokens seen, the held-out scores of its last evaluation and the sha256 of
+    each file. Refuses a run of another recipe or an unfinished one."""
+    run = Path(run)
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    if not (run / "model.safetensors").exists() or steps[-1]["step"] != RECIPE["steps"]:
+        raise ValueError(f"{run} holds no finished run of the recipe: expected model.safetensors and a log that reaches "
+                         f"step {RECIPE['steps']}")
+    saved, expected = json.loads((run / "config.json").read_text()), model_config().to_dict()
+    if any(saved.get(name) != value for name, value in expected.items()):
+        raise ValueError(f"{run}/config.json is not the recipe's model ({RECIPE['geometry']}: {expected})")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(run / name, folder / name)
+    evaluation = [r for r in records if "eval" in r][-1]
+    record = {"command": command, "commit": commit, "device": device, "precision": "fp32", "minutes": minutes,
+              "recipe": RECIPE, "sequences_seen": RECIPE["steps"] * RECIPE["batch_size"],
+              "tokens_seen": tokens_seen(),
+              "held_out_at_end": {"step": evaluation["step"], **evaluation["eval"]},
+              "sha256": {name: sha256(folder / name) for name in FILES}}
+    (folder / "provenance.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def tokens_seen() -> int:
+    """The pieces in the examples the recipe's training takes, [CLS] and [SEP] included: the stream made again from
+    the recipe's seed (a minute or two: each pass's examples are made anew)."""
+    from albert_edu.corpus import load_documents
+    from albert_edu.resume import ExampleStream
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    config = training_config()
+    stream = ExampleStream(load_documents("train", LARGE_DIR), Tokenizer.load(LARGE_DIR / "tokenizer"),
+                           config.objective, config.max_seq_len, config.seed, config.pairs)
+    return sum(len(e.input_ids) for _ in range(config.steps) for e in stream.take(config.batch_size))
+
+
+def verify(folder: Path = BOOK_DIR) -> dict:
+    """The provenance of the checkpoint in `folder`, after checking each file's sha256 against it: a missing or
+    changed file is a ValueError that names it, with both digests and what to do."""
+    folder = Path(folder)
+    if not (folder / "provenance.json").exists():
+        raise ValueError(f"{folder} holds no provenance.json: expected the book's checkpoint (git checkout it, or "
+                         f"train it with `{COMMAND}`)")
+    record = json.loads((folder / "provenance.json").read_text())
+    for name, expected in record["sha256"].items():
+        if not (folder / name).exists():
+            raise ValueError(f"{folder / name} is missing: expected the file that provenance.json lists")
+        found = sha256(folder / name)
+        if found != expected:
+            raise ValueError(f"{folder / name} has sha256 {found}, but provenance.json records {expected}: the file "
+                             f"changed since it was committed; restore it (git checkout -- {name}) or train again")
+    return record
+
+
+def load(folder: Path = BOOK_DIR):
+    """The book's pre-trained ALBERT (AlbertForPreTraining, in eval mode), its files checked first (verify)."""
+    from albert_edu.model import AlbertForPreTraining
+
+    verify(folder)
+    return AlbertForPreTraining.from_pretrained(folder).eval()
+
+
+def held_out_examples(data_dir: Path | None = None, seed: int = 4321):
+    """Every held-out document's MLM examples (objective "none": up to 128 pieces each, masked as in training),
+    in a fixed order: the set the targets are scored on."""
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import create_examples
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    data_dir = Path(data_dir or LARGE_DIR)
+    tokenizer = Tokenizer.load(data_dir / "tokenizer")
+    return create_examples(load_documents("validation", data_dir), tokenizer, "none", 128, seed=seed)
+
+
+def unigram_losses(examples, data_dir: Path | None = None):
+    """The yardstick on the same masked pieces: each one's cross-entropy under the training split's piece
+    frequencies (add-one), summed per example."""
+    import numpy as np
+
+    from albert_edu.corpus import load_documents
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    data_dir = Path(data_dir or LARGE_DIR)
+    tokenizer = Tokenizer.load(data_dir / "tokenizer")
+    ids = [i for d in load_documents("train", data_dir) for s in tokenizer.encode_batch(d.sentences) for i in s]
+    frequency = np.bincount(ids, minlength=tokenizer.vocab_size) + 1.0
+    log_p = np.log(frequency / frequency.sum())
+    return [float(-log_p[e.mlm_labels].sum()) for e in examples]
+
+
+def probe(model, tokenizer, probes: list[dict], k: int = 5) -> list[dict]:
+    """Each probe sentence as [CLS] sentence [SEP]: the model's k best pieces at its [MASK], with probabilities, and
+    whether the answer (one piece) is among them."""
+    import torch
+
+    rows = []
+    with torch.no_grad():
+        for p in probes:
+            ids = [tokenizer.cls_id, *tokenizer.encode(p["text"]), tokenizer.sep_id]
+            answer = tokenizer.encode(" " + p["answer"])[0]
+            logits = model(input_ids=torch.tensor([ids])).prediction_logits[0, ids.index(tokenizer.mask_id)]
+            top = logits.softmax(-1).topk(k)
+            guesses = tokenizer.pieces(top.indices.tolist())
+            rows.append({"text": p["text"], "answer": p["answer"], "top": guesses,
+                         "p": [round(x, 4) for x in top.values.tolist()],
+                         "hit": answer in top.indices.tolist(), "rank_1": guesses[0]})
+    return rows
+
+
+def score(folder: Path = BOOK_DIR, out: Path = RESULTS, draws: int = 2000) -> dict:
+    """The targets, recomputed from the checkpoint in `folder`: held-out MLM accuracy and loss per document with
+    95% intervals (a bootstrap over documents), the unigram yardstick on the same masked pieces and the model's
+    margin under it, and the probes; written to `out` with each document's counts (the stored predictions)."""
+    import numpy as np
+
+    from albert_edu.experiments import bootstrap_weights, interval
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import predict
+
+    started = time.perf_counter()
+    record = verify(folder)
+    model = load(folder)
+    examples = held_out_examples()
+    seen = predict(model, examples, batch_size=128)
+    unigram = unigram_losses(examples)
+    documents = sorted({e.document for e in examples})
+    column = {d: j for j, d in enumerate(documents)}
+    per_document = np.zeros((len(documents), 4))  # masked pieces, right, model loss, unigram loss
+    for e, right, loss, base in zip(examples, seen["mlm_right_each"], seen["mlm_loss_each"], unigram):
+        per_document[column[e.document]] += (len(e.mlm_positions), right, loss, base)
+    weights = bootstrap_weights(documents, draws=draws)
+    totals = weights @ per_document  # one row per draw (row 0: the data), columns as per_document
+    accuracy, loss, yardstick = totals[:, 1] / totals[:, 0], totals[:, 2] / totals[:, 0], totals[:, 3] / totals[:, 0]
+    margin = yardstick - loss
+    tokenizer = Tokenizer.load(LARGE_DIR / "tokenizer")
+    probes = probe(model, tokenizer, json.loads(PROBES.read_text())["probes"])
+    result = {
+        "checkpoint": str(Path(folder).relative_to(ROOT)) if Path(folder).is_relative_to(ROOT) else str(folder),
+        "model_sha256": record["sha256"]["model.safetensors"],
+        "examples": len(examples), "documents": len(documents), "masked_pieces": int(per_document[:, 0].sum()),
+        "mlm_accuracy": float(accuracy[0]), "mlm_accuracy_interval": interval(accuracy),
+        "mlm_loss": float(loss[0]), "mlm_loss_interval": interval(loss),
+        "unigram_loss": float(yardstick[0]), "margin_under_unigram": float(margin[0]),
+        "margin_interval": interval(margin),
+        "probe_top5_rate": sum(p["hit"] for p in probes) / len(probes),
+        "probe_distinct_top1": len({p["rank_1"] for p in probes}),
+        "targets": {"mlm_accuracy": 0.30, "margin_under_unigram": 1.5, "probe_top5_rate": 0.40},
+        "seconds": round(time.perf_counter() - started, 1),
+        "probes": probes,
+        "per_document": {"document": documents, "columns": ["masked", "right", "loss", "unigram"],
+                         "values": [[int(n), int(r), round(l, 4), round(u, 4)] for n, r, l, u in per_document]},
+    }
+    Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    return result

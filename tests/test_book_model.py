@@ -1,0 +1,105 @@
+"""The book's pre-trained ALBERT (albert_edu.tools.book_model, chapter 7, section 7.6): the committed checkpoint is
+the recipe's run, loads here and in transformers, refuses a changed file by name, re-trains its first 20 steps on
+the CPU to its logged losses, and its scores in data/results/albert-book.json are what the checkpoint computes."""
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from albert_edu.tools import book_model
+from albert_edu.tools.book_model import BOOK_DIR, RECIPE, RESULTS
+
+
+def test_the_committed_checkpoint_is_the_recipe_run_and_fits_the_budget():
+    from albert_edu.tools.large_sweep import training_config
+
+    record = book_model.verify()
+    assert record["recipe"] == RECIPE and record["precision"] == "fp32"
+    assert replace(book_model.training_config(), save_every=0) == training_config(
+        RECIPE["lr"], RECIPE["steps"], RECIPE["evaluations"], RECIPE["batch_size"], RECIPE["optimizer"])
+    log = [json.loads(line) for line in (BOOK_DIR / "log.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in log) == RECIPE["steps"]
+    assert record["held_out_at_end"] == {"step": RECIPE["steps"], **[r for r in log if "eval" in r][-1]["eval"]}
+    committed = sum(f.stat().st_size for f in (BOOK_DIR.parent).rglob("*") if f.is_file())
+    assert committed <= 50 * 2**20  # all the committed checkpoints together: at most 50 MB
+
+
+def test_the_checkpoint_loads_here_and_in_transformers_alike(tokenizer):
+    transformers = pytest.importorskip("transformers")
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    ours = book_model.load()
+    theirs = transformers.AlbertForMaskedLM.from_pretrained(BOOK_DIR).eval()
+    ids = Tokenizer.load(LARGE_DIR / "tokenizer").encode("She opened the [MASK] and stepped out into the rain.")
+    inputs = torch.tensor([[2, *ids, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(input_ids=inputs).logits, ours(input_ids=inputs).prediction_logits,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_a_changed_or_missing_file_is_refused_by_name(tmp_path):
+    folder = tmp_path / "albert-book"
+    shutil.copytree(BOOK_DIR, folder)
+    weights = bytearray((folder / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (folder / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(ValueError, match=r"model\.safetensors has sha256 [0-9a-f]{64}, but provenance.json records"):
+        book_model.load(folder)
+    (folder / "log.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"log\.jsonl is missing"):
+        book_model.verify(folder)
+    (folder / "provenance.json").unlink()
+    with pytest.raises(ValueError, match="holds no provenance.json"):
+        book_model.verify(folder)
+
+
+def test_an_unfinished_run_is_not_committed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = (BOOK_DIR / "log.jsonl").read_text().splitlines()
+    (run / "log.jsonl").write_text("\n".join(lines[:5]) + "\n")
+    shutil.copyfile(BOOK_DIR / "config.json", run / "config.json")
+    with pytest.raises(ValueError, match="holds no finished run of the recipe"):
+        book_model.commit_checkpoint(run, "cpu", 1.0, "0000000", folder=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_first_20_steps_retrain_on_the_cpu_to_the_logged_losses(tmp_path):
+    """The recipe's first 20 steps, trained here, against the committed log (made on a GPU, in fp32): a loss within
+    1e-4 of the logged one at each logged step (processors differ in the last bits)."""
+    book_model.train(tmp_path / "run", "cpu", stop_after=20, progress=False)
+    ours = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r for r in map(json.loads, (BOOK_DIR / "log.jsonl").read_text().splitlines()) if "loss" in r}
+    assert [r["step"] for r in ours] == [10, 20]
+    for record in ours:
+        assert abs(record["loss"] - logged[record["step"]]["loss"]) <= 1e-4, (record, logged[record["step"]])
+        assert record["lr"] == pytest.approx(logged[record["step"]]["lr"], rel=1e-12)
+
+
+def test_the_scores_are_what_the_checkpoint_computes():
+    """data/results/albert-book.json: its totals are the sums of its per-document counts, and the counts of the
+    first 40 documents are computed again from the checkpoint."""
+    from albert_edu.training import predict
+
+    result = json.loads(RESULTS.read_text())
+    assert result["model_sha256"] == book_model.verify()["sha256"]["model.safetensors"]
+    values = result["per_document"]["values"]
+    masked, right, loss = (sum(v[i] for v in values) for i in range(3))
+    assert masked == result["masked_pieces"] and right / masked == pytest.approx(result["mlm_accuracy"])
+    assert loss / masked == pytest.approx(result["mlm_loss"], abs=1e-4)
+    low, high = result["mlm_accuracy_interval"]
+    assert low <= result["mlm_accuracy"] <= high
+    documents = result["per_document"]["document"][:40]
+    examples = [e for e in book_model.held_out_examples() if e.document in set(documents)]
+    seen = predict(book_model.load(), examples)
+    for document, stored in zip(documents, values):
+        mine = [(len(e.mlm_positions), r, l) for e, r, l in zip(examples, seen["mlm_right_each"], seen["mlm_loss_each"])
+                if e.document == document]
+        assert [sum(m[0] for m in mine), sum(m[1] for m in mine)] == stored[:2]
+        assert sum(m[2] for m in mine) == pytest.approx(stored[2], abs=1e-3)
+    assert result["probe_distinct_top1"] == len({p["rank_1"] for p in result["probes"]})
+    assert result["probe_top5_rate"] == sum(p["hit"] for p in result["probes"]) / len(result["probes"])
