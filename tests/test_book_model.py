@@ -1,4 +1,4 @@
-"""The book's pre-trained ALBERT (albert_edu.tools.book_model, chapter 7, section 7.6): the committed checkpoint is
+"""The book's pre-trained ALBERT (albert_edu.tools.book_model, chapter 7, section 7.8): the committed checkpoint is
 the recipe's run, loads here and in transformers, refuses a changed file by name, re-trains its first 20 steps on
 the CPU to its logged losses, and its scores in data/results/albert-book.json are what the checkpoint computes."""
 
@@ -83,23 +83,25 @@ def test_the_first_20_steps_retrain_on_the_cpu_to_the_logged_losses(tmp_path):
 def test_the_scores_are_what_the_checkpoint_computes():
     """data/results/albert-book.json: its totals are the sums of its per-document counts, and the counts of the
     first 40 documents are computed again from the checkpoint."""
-    from albert_edu.training import predict
+    import numpy as np
 
     result = json.loads(RESULTS.read_text())
     assert result["model_sha256"] == book_model.verify()["sha256"]["model.safetensors"]
-    values = result["per_document"]["values"]
-    masked, right, loss = (sum(v[i] for v in values) for i in range(3))
-    assert masked == result["masked_pieces"] and right / masked == pytest.approx(result["mlm_accuracy"])
-    assert loss / masked == pytest.approx(result["mlm_loss"], abs=1e-4)
-    low, high = result["mlm_accuracy_interval"]
-    assert low <= result["mlm_accuracy"] <= high
+    assert result["per_document"]["columns"] == list(book_model.COLUMNS)
+    values = np.asarray(result["per_document"]["values"])
+    masked, right, loss, base, at_mask, right_at_mask = values.sum(0)[:6]
+    assert masked == result["masked_pieces"] and at_mask == result["at_mask_pieces"] and 0.7 < at_mask / masked < 0.9
+    assert right / masked == pytest.approx(result["mlm_accuracy"]) and loss / masked == pytest.approx(result["mlm_loss"], abs=1e-4)
+    assert right_at_mask / at_mask == pytest.approx(result["mlm_accuracy_at_mask"])
+    assert (base - loss) / masked == pytest.approx(result["margin_under_unigram"], abs=1e-4)
+    for name in ("mlm_accuracy", "mlm_accuracy_at_mask", "margin_under_unigram"):
+        low, high = result[name.replace("_under_unigram", "") + "_interval"]
+        assert low <= result[name] <= high
     documents = result["per_document"]["document"][:40]
     examples = [e for e in book_model.held_out_examples() if e.document in set(documents)]
-    seen = predict(book_model.load(), examples)
+    counts = book_model.example_counts(book_model.load(), examples, book_model.unigram_log_p())
     for document, stored in zip(documents, values):
-        mine = [(len(e.mlm_positions), r, l) for e, r, l in zip(examples, seen["mlm_right_each"], seen["mlm_loss_each"])
-                if e.document == document]
-        assert [sum(m[0] for m in mine), sum(m[1] for m in mine)] == stored[:2]
-        assert sum(m[2] for m in mine) == pytest.approx(stored[2], abs=1e-3)
+        mine = sum(row for e, row in zip(examples, counts) if e.document == document)
+        np.testing.assert_allclose(mine, stored, atol=2e-3)
     assert result["probe_distinct_top1"] == len({p["rank_1"] for p in result["probes"]})
     assert result["probe_top5_rate"] == sum(p["hit"] for p in result["probes"]) / len(result["probes"])

@@ -143,9 +143,8 @@ def held_out_examples(data_dir: Path | None = None, seed: int = 4321):
     return create_examples(load_documents("validation", data_dir), tokenizer, "none", 128, seed=seed)
 
 
-def unigram_losses(examples, data_dir: Path | None = None):
-    """The yardstick on the same masked pieces: each one's cross-entropy under the training split's piece
-    frequencies (add-one), summed per example."""
+def unigram_log_p(data_dir: Path | None = None):
+    """log p of every piece under the training split's piece frequencies (add-one): the yardstick's model."""
     import numpy as np
 
     from albert_edu.corpus import load_documents
@@ -156,8 +155,43 @@ def unigram_losses(examples, data_dir: Path | None = None):
     tokenizer = Tokenizer.load(data_dir / "tokenizer")
     ids = [i for d in load_documents("train", data_dir) for s in tokenizer.encode_batch(d.sentences) for i in s]
     frequency = np.bincount(ids, minlength=tokenizer.vocab_size) + 1.0
-    log_p = np.log(frequency / frequency.sum())
-    return [float(-log_p[e.mlm_labels].sum()) for e in examples]
+    return np.log(frequency / frequency.sum())
+
+
+COLUMNS = ("masked", "right", "loss", "unigram", "masked_at_mask", "right_at_mask", "loss_at_mask", "unigram_at_mask")
+
+
+def example_counts(model, examples, log_p, batch_size: int = 128):
+    """For each example, over its masked positions: how many, how many the model's top guess gets right, the sum of
+    the model's cross-entropy and of the unigram yardstick's (-log_p of the answer); then the same four over the
+    positions whose input is [MASK] alone (chapter 6 leaves one in ten masked positions as it was and puts a random
+    piece in another, and there the model can see or be misled by the piece itself). Rows in COLUMNS' order."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from albert_edu.pretraining_data import collate
+    from albert_edu.tokenizer import Tokenizer
+
+    rows = []
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start:start + batch_size]
+            batch = collate(chunk)
+            batch.pop("sentence_order_label")
+            labelled = batch["labels"] != -100
+            answers = batch["labels"][labelled]  # row-major: example by example, positions in order
+            logits = model(**batch).masked_lm_logits
+            right = (logits.argmax(-1) == answers).double()
+            loss = F.cross_entropy(logits.double(), answers, reduction="none")
+            base = torch.from_numpy(-log_p[answers.numpy()])
+            at_mask = (batch["input_ids"][labelled] == Tokenizer.mask_id).double()
+            columns = torch.stack([torch.ones_like(right), right, loss, base], 1)
+            per_position = torch.cat([columns, columns * at_mask[:, None]], 1)
+            owner = labelled.nonzero()[:, 0]
+            sums = torch.zeros(len(chunk), 8, dtype=torch.float64).index_add_(0, owner, per_position)
+            rows += sums.tolist()
+    return np.asarray(rows)
 
 
 def probe(model, tokenizer, probes: list[dict], k: int = 5) -> list[dict]:
@@ -180,48 +214,51 @@ def probe(model, tokenizer, probes: list[dict], k: int = 5) -> list[dict]:
 
 
 def score(folder: Path = BOOK_DIR, out: Path = RESULTS, draws: int = 2000) -> dict:
-    """The targets, recomputed from the checkpoint in `folder`: held-out MLM accuracy and loss per document with
-    95% intervals (a bootstrap over documents), the unigram yardstick on the same masked pieces and the model's
-    margin under it, and the probes; written to `out` with each document's counts (the stored predictions)."""
+    """The targets, recomputed from the checkpoint in `folder`: held-out MLM accuracy and loss with 95% intervals
+    (a bootstrap over documents), the unigram yardstick on the same masked pieces and the model's margin under it,
+    over all masked positions (as the paper's MLM accuracy counts them) and over the [MASK] positions alone
+    ("_at_mask"); and the probes. Written to `out` with each document's counts (the stored predictions)."""
     import numpy as np
 
     from albert_edu.experiments import bootstrap_weights, interval
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tokenizer import Tokenizer
-    from albert_edu.training import predict
 
     started = time.perf_counter()
     record = verify(folder)
     model = load(folder)
     examples = held_out_examples()
-    seen = predict(model, examples, batch_size=128)
-    unigram = unigram_losses(examples)
+    counts = example_counts(model, examples, unigram_log_p())
     documents = sorted({e.document for e in examples})
     column = {d: j for j, d in enumerate(documents)}
-    per_document = np.zeros((len(documents), 4))  # masked pieces, right, model loss, unigram loss
-    for e, right, loss, base in zip(examples, seen["mlm_right_each"], seen["mlm_loss_each"], unigram):
-        per_document[column[e.document]] += (len(e.mlm_positions), right, loss, base)
-    weights = bootstrap_weights(documents, draws=draws)
-    totals = weights @ per_document  # one row per draw (row 0: the data), columns as per_document
-    accuracy, loss, yardstick = totals[:, 1] / totals[:, 0], totals[:, 2] / totals[:, 0], totals[:, 3] / totals[:, 0]
-    margin = yardstick - loss
+    per_document = np.zeros((len(documents), len(COLUMNS)))
+    for e, row in zip(examples, counts):
+        per_document[column[e.document]] += row
+    totals = bootstrap_weights(documents, draws=draws) @ per_document  # one row per draw (row 0: the data)
+
+    def scores(offset: int, suffix: str) -> dict:
+        n, right, loss, base = (totals[:, offset + k] for k in range(4))
+        return {f"mlm_accuracy{suffix}": float(right[0] / n[0]), f"mlm_accuracy{suffix}_interval": interval(right / n),
+                f"mlm_loss{suffix}": float(loss[0] / n[0]), f"mlm_loss{suffix}_interval": interval(loss / n),
+                f"unigram_loss{suffix}": float(base[0] / n[0]), f"margin_under_unigram{suffix}": float((base - loss)[0] / n[0]),
+                f"margin{suffix}_interval": interval((base - loss) / n)}
+
     tokenizer = Tokenizer.load(LARGE_DIR / "tokenizer")
     probes = probe(model, tokenizer, json.loads(PROBES.read_text())["probes"])
     result = {
         "checkpoint": str(Path(folder).relative_to(ROOT)) if Path(folder).is_relative_to(ROOT) else str(folder),
         "model_sha256": record["sha256"]["model.safetensors"],
         "examples": len(examples), "documents": len(documents), "masked_pieces": int(per_document[:, 0].sum()),
-        "mlm_accuracy": float(accuracy[0]), "mlm_accuracy_interval": interval(accuracy),
-        "mlm_loss": float(loss[0]), "mlm_loss_interval": interval(loss),
-        "unigram_loss": float(yardstick[0]), "margin_under_unigram": float(margin[0]),
-        "margin_interval": interval(margin),
+        "at_mask_pieces": int(per_document[:, 4].sum()),
+        **scores(0, ""), **scores(4, "_at_mask"),
         "probe_top5_rate": sum(p["hit"] for p in probes) / len(probes),
         "probe_distinct_top1": len({p["rank_1"] for p in probes}),
         "targets": {"mlm_accuracy": 0.30, "margin_under_unigram": 1.5, "probe_top5_rate": 0.40},
         "seconds": round(time.perf_counter() - started, 1),
         "probes": probes,
-        "per_document": {"document": documents, "columns": ["masked", "right", "loss", "unigram"],
-                         "values": [[int(n), int(r), round(l, 4), round(u, 4)] for n, r, l, u in per_document]},
+        "per_document": {"document": documents, "columns": list(COLUMNS),
+                         "values": [[int(v) if k in (0, 1, 4, 5) else round(float(v), 4) for k, v in enumerate(row)]
+                                    for row in per_document]},
     }
     Path(out).write_text(json.dumps(result, indent=1) + "\n")
     return result
