@@ -1,6 +1,6 @@
 """The book's pre-trained ALBERT: an MLM-only ALBERT trained on the large corpus (data/large/, chapter 2,
 section 2.5) with the recipe below, chosen by the sweeps in data/results/sweep-large-*.json, and committed in
-data/checkpoints/albert-book/ with the record of how it was made (chapter 7, section 7.6).
+data/checkpoints/albert-book/ with the record of how it was made (chapter 7, section 7.8).
 
     albert-edu pretrain-book [--device cpu|cuda] [--out DIR]   # trains, or resumes the run in DIR
     albert-edu pretrain-book --commit DIR [--minutes M --device-name NAME]   # DIR's finished run into data/checkpoints/

@@ -574,7 +574,7 @@ COMMANDS = {
                         train_tokenizer),
     "make-examples": ("write pre-training examples as JSON lines (chapter 6)", configure_make_examples, make_examples),
     "pretrain": ("pre-train an ALBERT (chapter 7); also runs under torchrun", configure_pretrain, pretrain),
-    "pretrain-book": ("train the book's pre-trained ALBERT on the large corpus (chapter 7, section 7.6), resuming "
+    "pretrain-book": ("train the book's pre-trained ALBERT on the large corpus (chapter 7, section 7.8), resuming "
                       "where a run stopped; or commit or score it", configure_pretrain_book, pretrain_book),
     "experiment": ("train (or load from the cache) the runs of chapters 8 and 9 and write their results",
                    configure_experiment, experiment),
