@@ -6,7 +6,8 @@ data/checkpoints/albert-book/ with the record of how it was made (chapter 7, sec
     albert-edu pretrain-book --commit DIR [--minutes M --device-name NAME]   # DIR's finished run into data/checkpoints/
     albert-edu pretrain-book --score   # the held-out targets and the probes, recomputed from the checkpoint
 
-The recipe is the same command on any device: about 3.3 hours on 2 CPU cores by its step time, 4 minutes on one H200.
+The recipe is the same command on any device: about 2.7 hours on 2 CPU cores by its first
+40 steps' speed, 4 minutes on one H200.
 `score` writes data/results/albert-book.json: the held-out MLM accuracy and loss per document (every held-out
 document's examples, with a bootstrap interval over documents), the unigram yardstick on the same masked pieces,
 and the fill-mask probes of data/probes-large.json."""
