@@ -196,21 +196,17 @@ def example_counts(model, examples, log_p, batch_size: int = 128):
 
 
 def probe(model, tokenizer, probes: list[dict], k: int = 5) -> list[dict]:
-    """Each probe sentence as [CLS] sentence [SEP]: the model's k best pieces at its [MASK], with probabilities, and
-    whether the answer (one piece) is among them."""
-    import torch
+    """Each probe sentence through chapter 10's `fill_mask`: the model's k best pieces at its [MASK], with
+    probabilities, and whether the answer (one piece) is among them."""
+    from albert_edu.downstream import fill_mask
 
     rows = []
-    with torch.no_grad():
-        for p in probes:
-            ids = [tokenizer.cls_id, *tokenizer.encode(p["text"]), tokenizer.sep_id]
-            answer = tokenizer.encode(" " + p["answer"])[0]
-            logits = model(input_ids=torch.tensor([ids])).prediction_logits[0, ids.index(tokenizer.mask_id)]
-            top = logits.softmax(-1).topk(k)
-            guesses = tokenizer.pieces(top.indices.tolist())
-            rows.append({"text": p["text"], "answer": p["answer"], "top": guesses,
-                         "p": [round(x, 4) for x in top.values.tolist()],
-                         "hit": answer in top.indices.tolist(), "rank_1": guesses[0]})
+    for p in probes:
+        (best,) = fill_mask(model, tokenizer, p["text"], top_k=k)
+        guesses = [piece for piece, _ in best]
+        answer = tokenizer.pieces(tokenizer.encode(" " + p["answer"]))[0]
+        rows.append({"text": p["text"], "answer": p["answer"], "top": guesses, "p": [round(q, 4) for _, q in best],
+                     "hit": answer in guesses, "rank_1": guesses[0]})
     return rows
 
 
