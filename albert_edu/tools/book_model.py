@@ -72,7 +72,7 @@ def commit_checkpoint(run: Path, device: str, minutes: float, commit: str, comma
     run = Path(run)
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
-    if not (run / "model.safetensors").exists() or steps[-1]["step"] != RECIPE["steps"]:
+    if not (run / "model.safetensors").exists() or not steps or steps[-1]["step"] != RECIPE["steps"]:
         raise ValueError(f"{run} holds no finished run of the recipe: expected model.safetensors and a log that reaches "
                          f"step {RECIPE['steps']}")
     saved, expected = json.loads((run / "config.json").read_text()), model_config().to_dict()
