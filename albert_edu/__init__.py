@@ -162,6 +162,7 @@ _ELSEWHERE = {
     'weighted_balanced_accuracy': 'experiments',
     'interval': 'experiments',
     'clustered_mcnemar': 'experiments',
+    'sign_flip_test': 'experiments',
     'holm': 'experiments',
     'pair_features': 'experiments',
     'fit_probe': 'experiments',

@@ -16,8 +16,8 @@ from scipy.stats import t as student_t
 
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR
-from albert_edu.experiments import (RUNS_DIR, Run, bootstrap_weights, clustered_mcnemar, experiment_model, holm,
-                                    held_out_examples, interval, provenance, run_summary, train_all)
+from albert_edu.experiments import (RUNS_DIR, Run, bootstrap_weights, experiment_model, held_out_examples, holm,
+                                    interval, provenance, run_summary, sign_flip_test, train_all)
 from albert_edu.model import AlbertForPreTraining
 from albert_edu.notebook import time_rounds
 from albert_edu.optim import Lamb
@@ -320,9 +320,9 @@ def welch(a, b, level: float = 0.95) -> tuple[float, tuple[float, float]]:
 
 def compare(results: dict, worse: dict, better: dict, draws: int = 2000) -> dict:
     """How much higher `worse`'s held-out MLM loss is than `better`'s (sides as side_losses takes them), judged
-    against both sources of chance. Documents: the difference's 95% interval over resampled documents (the same
-    draws for both sides: a paired interval) and the clustered test's p-value (chapter 8's, with d_k the summed
-    loss of one side minus the other's in document k). Seeds: Welch's t-test and interval on the per-seed losses,
+    against both sources of chance (Appendix A). Documents: the difference's 95% interval over resampled documents
+    (the same draws for both sides: a paired interval) and the sign-flip test's p-value on d_k, the summed loss of
+    one side minus the other's in document k (losses are real numbers, not right-or-wrong answers). Seeds: Welch's t-test and interval on the per-seed losses,
     and whether every seed of `worse` scores above every seed of `better`. `p` is the larger p-value: a
     difference must stand out from both."""
     found = {(t, c): cell_documents(results, results["cells"][t][c]) for side in (worse, better) for t, c in side}
@@ -333,7 +333,7 @@ def compare(results: dict, worse: dict, better: dict, draws: int = 2000) -> dict
     weights = bootstrap_weights(documents, draws)
     a, a_seeds, a_documents = side_losses(found, worse, weights)
     b, b_seeds, b_documents = side_losses(found, better, weights)
-    _, p_documents = clustered_mcnemar(a_documents, b_documents, documents)
+    _, p_documents = sign_flip_test(a_documents - b_documents, documents)
     p_seeds, seed_interval = welch(a_seeds, b_seeds) if min(len(a_seeds), len(b_seeds)) > 1 else (1.0, (np.nan, np.nan))
     return {"difference": float(a[0] - b[0]), "interval": interval(a - b), "p_documents": p_documents,
             "seed_interval": seed_interval, "p_seeds": p_seeds, "p": max(p_documents, p_seeds),

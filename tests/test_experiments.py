@@ -419,6 +419,31 @@ def test_clustered_mcnemar_counts_documents_not_pairs():
     assert experiments.clustered_mcnemar(right_b, right_a, documents)[0] == pytest.approx(statistic)
 
 
+def test_sign_flip_test_is_exact_for_few_documents_and_calibrated_under_no_difference():
+    # three documents: 8 sign patterns, of which two (all +, all -) are as extreme as the data
+    differences, documents = [1.0, 0.5, 2.0, 1.5], [0, 0, 1, 2]  # per document: 1.5, 2.0, 1.5
+    statistic, p = experiments.sign_flip_test(differences, documents, draws=40_000)
+    assert statistic == pytest.approx(5.0 ** 2 / (1.5 ** 2 + 2.0 ** 2 + 1.5 ** 2))
+    assert p == pytest.approx(2 / 8, abs=0.01)
+    assert experiments.sign_flip_test([0.0, 0.0], [0, 1]) == (0.0, 1.0)  # no difference, no evidence
+    assert experiments.sign_flip_test(differences, documents, seed=3) == experiments.sign_flip_test(differences, documents, seed=3)
+    # under no difference (symmetric per-document differences of uneven size) p < 0.05 about 5% of the time
+    rng = np.random.default_rng(0)
+    sizes = rng.pareto(1.5, 40) + 0.1
+    rejections = [experiments.sign_flip_test(sizes * rng.choice([-1, 1], 40), range(40), draws=999, seed=i)[1] < 0.05
+                  for i in range(300)]
+    assert 0.02 < np.mean(rejections) < 0.09
+    # a real shift is found
+    assert experiments.sign_flip_test(sizes + 0.5, range(40), draws=999)[1] < 0.01
+
+
+def test_sign_flip_test_refuses_mismatched_documents_and_no_draws():
+    with pytest.raises(ValueError, match="2 documents for 3 differences"):
+        experiments.sign_flip_test([1.0, 2.0, 3.0], [0, 1])
+    with pytest.raises(ValueError, match="draws=0"):
+        experiments.sign_flip_test([1.0], [0], draws=0)
+
+
 def test_clustered_mcnemar_on_balanced_accuracy_ignores_a_preference_for_the_commoner_label():
     labels = np.array([0] * 58 + [1] * 42)
     documents = list(np.arange(100) % 10)
