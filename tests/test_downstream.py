@@ -21,8 +21,9 @@ from albert_edu.downstream import (CHECKPOINT_VARIABLE, FINETUNE_RECIPES, Finetu
                                    classifier_from, continuation_items, cooccurrence_vectors, encode_sentences,
                                    fill_mask, fit, fold_indices, load_checkpoint_and_tokenizer, nearest_words,
                                    overlap_scores, predict_classes, ranks, read_polarity, read_similarity,
-                                   real_checkpoint, run_units, self_similarity, sentence_logits, spearman,
+                                   real_checkpoint, self_similarity, sentence_logits, spearman,
                                    stratified_folds, word_vectors)
+from albert_edu.finetune_grid import run_units
 from albert_edu.model import AlbertForPreTraining, AlbertForSequenceClassification
 from albert_edu.pretraining_data import FUNCTION_PIECES
 

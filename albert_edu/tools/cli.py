@@ -324,7 +324,8 @@ def configure_finetune(p: argparse.ArgumentParser) -> None:
 
 def finetune(args) -> None:
     from albert_edu.corpus import write_atomically
-    from albert_edu.downstream import finetune_results, finetune_sentiment
+    from albert_edu.downstream import finetune_sentiment
+    from albert_edu.finetune_grid import finetune_results
     from albert_edu.experiments import RESULTS_DIR, experiment_model
 
     if args.start is not None or args.from_scratch:
