@@ -321,7 +321,7 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 
 # Sizes of the same experiment, each produced by `albert-edu experiment --recipe NAME`. "book" fits in the
 # chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
-# record (section 8.7). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
+# record (chapter 8's closing section). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
 # continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5). "neutral" is "full"
 # on pairs whose lengths and sources carry no label (chapter 6's "neutral" pairs; section 8.5 shows why). The long
 # recipes save a checkpoint every `save_every` steps, so that a killed command resumes where it stopped.
