@@ -33,3 +33,18 @@ def test_a_run_is_written_geometry_batch_optimizer_rate_steps():
                  "E64-H128-L6/b32/sgd/4e-3/10"):
         with pytest.raises(ValueError, match="run 'E"):
             parse_run(spec)
+
+
+def test_the_step_timing_can_replay_batches_made_in_advance(tmp_path):
+    from albert_edu.tools.large_sweep import _Replay, step_speed
+
+    result = step_speed("E64-H128-L6", DATA_DIR, "cpu", steps=2, rounds=1, batch_size=4, runs_dir=tmp_path,
+                        premade=True)
+    assert result["premade"] is True and set(result["rounds"]) == {"fp32", "bf16"}
+    assert all(len(v) == 1 and v[0] > 0 for v in result["rounds"].values()) and result["fp32_tokens_per_s"] > 0
+    replay = _Replay([["a", "b"], ["c", "d"]])
+    assert [replay.take(2) for _ in range(3)] == [["a", "b"], ["c", "d"], ["a", "b"]]  # in turn, round and round
+    with pytest.raises(ValueError, match="a batch of 3 asked for, but the batches made in advance hold 2"):
+        replay.take(3)
+    with pytest.raises(ValueError, match="no batches to replay"):
+        _Replay([])

@@ -98,13 +98,33 @@ def sweep_run(geometry: str, lr: float, runs_dir: Path, data_dir: Path, device: 
             "tokens_per_s": [r for r in records if "loss" in r][-1]["tokens_per_s"]}
 
 
+class _Replay:
+    """Stands in for a run's example stream: hands out batches made in advance, in turn, so that a timed step
+    does no example creation (tokenizing and masking a pass of the corpus happens on the CPU whenever the
+    stream starts a new pass, which makes some timed rounds of a small corpus slow and others not)."""
+
+    def __init__(self, batches: list):
+        if not batches:
+            raise ValueError("no batches to replay: expected at least one made in advance")
+        self.batches, self.taken = batches, 0
+
+    def take(self, n: int) -> list:
+        batch = self.batches[self.taken % len(self.batches)]
+        if len(batch) != n:
+            raise ValueError(f"a batch of {n} asked for, but the batches made in advance hold {len(batch)}")
+        self.taken += 1
+        return batch
+
+
 def step_speed(geometry: str, data_dir: Path, device: str, steps: int, rounds: int = 5, batch_size: int = BATCH,
-               runs_dir: Path | None = None) -> dict:
+               runs_dir: Path | None = None, premade: bool = False) -> dict:
     """Tokens per second of the library's training step (`training.train_step`: the batch taken from the stream,
     forward, backward, LAMB) in fp32 and under bf16 autocast, warm and interleaved: one model, `steps` steps in
     each precision to warm up, then `rounds` rounds of `steps` steps in each, the order alternating from round
     to round, each timed with the device synchronized; the medians over the rounds and every round's figure.
-    As in `training.start_run`, the bf16 path lets the products autocast leaves in fp32 use TF32, fp32 does not."""
+    As in `training.start_run`, the bf16 path lets the products autocast leaves in fp32 use TF32, fp32 does not.
+    premade: make `steps` batches before timing and replay them (`_Replay`), so that the rounds time the step
+    (collating, the copy to the device, forward, backward, the update) without example creation."""
     import statistics
     import tempfile
 
@@ -117,6 +137,8 @@ def step_speed(geometry: str, data_dir: Path, device: str, steps: int, rounds: i
         run = start_run(model_config(geometry, tokenizer.vocab_size), config, Path(out), False, Path(data_dir),
                         tokenizer, device=device, precision="fp32")
         dtypes = {"fp32": None, "bf16": torch.bfloat16}
+        if premade:
+            run.stream = _Replay([run.stream.take(batch_size) for _ in range(steps)])
 
         def timed(precision: str) -> float:
             run.dtype = dtypes[precision]
@@ -136,7 +158,7 @@ def step_speed(geometry: str, data_dir: Path, device: str, steps: int, rounds: i
         for r in range(rounds):
             for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
                 rounds_seen[precision].append(round(timed(precision)))
-    return {"geometry": geometry, "batch_size": batch_size, "steps": steps, "rounds": rounds_seen,
+    return {"geometry": geometry, "batch_size": batch_size, "steps": steps, "premade": premade, "rounds": rounds_seen,
             **{f"{p}_tokens_per_s": round(statistics.median(v)) for p, v in rounds_seen.items()}}
 
 
@@ -172,11 +194,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speed-data-dir", type=Path, default=DATA_DIR, help="the corpus the timed runs read")
     p.add_argument("--speed-steps", type=int, default=20, help="steps a timed round")
     p.add_argument("--speed-rounds", type=int, default=5)
+    p.add_argument("--speed-premade", action="store_true",
+                   help="time batches made in advance (the step without example creation) instead of the stream's")
     args = p.parse_args(argv)
     started = time.perf_counter()
     args.runs_dir.mkdir(parents=True, exist_ok=True)
     speed = [step_speed(g, args.speed_data_dir, args.device, args.speed_steps, args.speed_rounds,
-                        runs_dir=args.runs_dir) for g in args.speed]
+                        runs_dir=args.runs_dir, premade=args.speed_premade) for g in args.speed]
     grid = [] if args.rates == [] else [dict(geometry=g, lr=lr, steps=args.steps, batch_size=args.batch,
                                              optimizer=args.optimizer) for g in args.geometries for lr in args.rates]
     jobs = grid + [parse_run(spec) for spec in args.runs]
