@@ -516,12 +516,17 @@ def clustered_mcnemar(right_a, right_b, documents: list[int], labels=None) -> tu
         if not set(np.unique(labels)) <= {0, 1} or len(labels) != len(difference):
             raise ValueError(f"labels {np.unique(labels)[:5]} for {len(difference)} pairs: expected one 0 or 1 per pair")
         difference = difference / np.bincount(labels, minlength=2)[labels]
-    ids, index = np.unique(np.asarray(documents), return_inverse=True)
-    d = np.bincount(index, weights=difference, minlength=len(ids))
+    d = _by_document(difference, documents)
     if not d.any():
         return 0.0, 1.0
     statistic = float(d.sum() ** 2 / (d ** 2).sum())
     return statistic, math.erfc(math.sqrt(statistic / 2))
+
+
+def _by_document(values, documents) -> np.ndarray:
+    """The sum of `values` in each document (documents in sorted order): the d_k of both paired tests."""
+    ids, index = np.unique(np.asarray(documents), return_inverse=True)
+    return np.bincount(index, weights=values, minlength=len(ids))
 
 def sign_flip_test(differences, documents: list[int], draws: int = 9999, seed: int = 0) -> tuple[float, float]:
     """A paired test for real-valued differences (a loss of model A minus model B, item by item) that come in
@@ -536,8 +541,7 @@ def sign_flip_test(differences, documents: list[int], draws: int = 9999, seed: i
         raise ValueError(f"{len(documents)} documents for {len(differences)} differences: expected one per difference")
     if draws < 1:
         raise ValueError(f"draws={draws}: expected at least 1")
-    ids, index = np.unique(np.asarray(documents), return_inverse=True)
-    d = np.bincount(index, weights=differences, minlength=len(ids))
+    d = _by_document(differences, documents)
     if not d.any():
         return 0.0, 1.0
     observed, extreme, rng = abs(d.sum()), 0, np.random.default_rng(seed)
