@@ -216,6 +216,7 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
 
     import albert_edu.ablations as ablations
     import albert_edu.experiments as experiments
+    import albert_edu.run_cache as run_cache
     import albert_edu.tools.rekey as rekey
 
     for name in ("ablations-book", "ablations-full", "finetune-book", "finetune-full"):
@@ -231,8 +232,9 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
         rekey._commit_of("no-such-commit")
     monkeypatch.setattr(rekey, "_commit_of", lambda rev: rev)
     monkeypatch.setattr(rekey, "sources_at", lambda base: at_base)
-    monkeypatch.setattr(experiments, "run_key", lambda run, data_dir=DATA_DIR, device="cpu", code=None:
-                        real_key(run, data_dir, device, today if code is None else code))
+    for module in (experiments, run_cache):  # run_key's home, and the chapter's re-export of it that rekey imports
+        monkeypatch.setattr(module, "run_key", lambda run, data_dir=DATA_DIR, device="cpu", code=None:
+                            real_key(run, data_dir, device, today if code is None else code))
     again = {name: {**summary, "seconds": 1.0, "tokens_per_s": 9} for name, summary in book["runs"].items()}
     monkeypatch.setattr(experiments, "train_all", lambda chosen, *args: [tmp_path / r.name for r in chosen])
     monkeypatch.setattr(experiments, "run_summary", lambda path: again[path.name])

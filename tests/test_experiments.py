@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import albert_edu.experiments as experiments
+import albert_edu.run_cache as run_cache
 from albert_edu.corpus import DATA_DIR
 from albert_edu.experiments import (RECIPES, RESULTS_DIR, Run, figure1_runs, load_result, recipe_training, run_dir,
                                     run_key, run_summary, table5_runs, train_all, train_cached)
@@ -58,7 +59,7 @@ def test_the_key_changes_when_any_code_file_changes(tmp_path, monkeypatch):
     shutil.copytree(Path(experiments.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     run = Run("a", SMALL_MODEL, QUICK)
     before = run_key(run)
-    monkeypatch.setattr(experiments.albert_edu, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(run_cache.albert_edu, "__file__", str(package / "__init__.py"))
     assert run_key(run) == before
     keys = set()
     for name in experiments.CODE_FILES:
@@ -98,7 +99,7 @@ def test_a_cached_run_is_trained_once_and_complete(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a cached run was trained again")
 
-    monkeypatch.setattr(experiments, "pretrain", fail)
+    monkeypatch.setattr(run_cache, "pretrain", fail)
     assert train_cached(run, tmp_path) == path and train_all([run], tmp_path, workers=2) == [path]
 
     # the scores train_cached stored are reused while the scoring code is the same, and made again when not
@@ -136,7 +137,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_weights_and_l
     whole = train_cached(run, tmp_path / "whole")
     killed = run_dir(run, tmp_path / "killed")
     partial = killed.with_name(f".{killed.name}.partial")
-    experiments.pretrain(run.model, run.training, partial, progress=False, stop_after=5)  # killed at step 5
+    run_cache.pretrain(run.model, run.training, partial, progress=False, stop_after=5)  # killed at step 5
     assert train_cached(run, tmp_path / "killed") == killed and not partial.exists()
     assert load_result(whole)["resumed_at"] == 0 and load_result(killed)["resumed_at"] == 4  # the last checkpoint
     ours, theirs = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
@@ -160,7 +161,7 @@ def test_a_partial_run_held_by_a_living_process_is_left_alone_and_a_dead_ones_is
     assert not list(tmp_path.glob(f".{final.name}.*.tmp"))  # this process's own copy became the entry
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     lock.write_text(dead.stdout.strip())
-    assert experiments._claim(lock) and lock.read_text() == str(os.getpid())
+    assert run_cache._claim(lock) and lock.read_text() == str(os.getpid())
 
 
 def test_a_linear_probe_finds_a_direction_that_separates_the_labels_and_needs_both_labels():
@@ -519,3 +520,12 @@ def test_the_full_recipe_continues_one_trunk_per_geometry_with_three_seeds_per_o
     assert experiments.trunk_run("book") is None and experiments.diagnostic_runs("book") == []
     # the key of a continued run covers its trunk
     assert run_key(runs[0]) != run_key(replace(runs[0], start=experiments.trunk_run("full", "none")))
+
+
+def test_the_unigram_yardstick_is_add_one_smoothed_frequencies_and_refuses_ids_outside_the_vocabulary():
+    log_p = experiments.unigram_log_p([2, 2, 2, 0], 4)  # counts 1, 0, 3, 0 -> 2, 1, 4, 1 after adding one
+    assert np.allclose(np.exp(log_p), [2 / 8, 1 / 8, 4 / 8, 1 / 8]) and np.isclose(np.exp(log_p).sum(), 1)
+    assert np.allclose(np.exp(experiments.unigram_log_p([], 5)), 0.2)  # no counts: uniform
+    for ids in ([0, 4], [-1]):
+        with pytest.raises(ValueError, match=r"piece ids from -?\d+ to -?\d+: expected 0 to 3"):
+            experiments.unigram_log_p(ids, 4)

@@ -145,18 +145,17 @@ def held_out_examples(data_dir: Path | None = None, seed: int = 4321):
 
 
 def unigram_log_p(data_dir: Path | None = None):
-    """log p of every piece under the training split's piece frequencies (add-one): the yardstick's model."""
-    import numpy as np
-
+    """log p of every piece under the large training split's piece frequencies: chapter 8's add-one yardstick
+    (albert_edu.experiments.unigram_log_p) for the book model's corpus."""
     from albert_edu.corpus import load_documents
+    from albert_edu.experiments import unigram_log_p as yardstick
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tokenizer import Tokenizer
 
     data_dir = Path(data_dir or LARGE_DIR)
     tokenizer = Tokenizer.load(data_dir / "tokenizer")
     ids = [i for d in load_documents("train", data_dir) for s in tokenizer.encode_batch(d.sentences) for i in s]
-    frequency = np.bincount(ids, minlength=tokenizer.vocab_size) + 1.0
-    return np.log(frequency / frequency.sum())
+    return yardstick(ids, tokenizer.vocab_size)
 
 
 COLUMNS = ("masked", "right", "loss", "unigram", "masked_at_mask", "right_at_mask", "loss_at_mask", "unigram_at_mask")
