@@ -135,7 +135,7 @@ def experiment_model(sharing: str = "all") -> AlbertConfig:
 # chapters' time budget. "pilot" is the first long version (from scratch at T = 64, two seeds), kept as a
 # record (chapter 8's closing section). "full" follows the learning-rate sweep: T = 128, one MLM-only trunk of trunk_steps,
 # continued with each objective for `steps` steps and three seeds (sections 8.4 and 8.5). "neutral" is "full"
-# on pairs whose lengths and sources carry no label (chapter 6's "neutral" pairs; section 8.5 shows why). The long
+# on pairs whose lengths and sources carry no label (chapter 6's "neutral" pairs; section 8.4 shows why). The long
 # recipes save a checkpoint every `save_every` steps, so that a killed command resumes where it stopped.
 RECIPES = {"book": {"steps": 200, "seeds": (0,), "evaluations": 0, "max_seq_len": 64, "trunk_steps": 0,
                     "pairs": "reference", "save_every": 0},
@@ -210,7 +210,7 @@ def table5_runs(recipe: str = "book") -> list[Run]:
 
 def diagnostic_runs(recipe: str = "full") -> list[Run]:
     """The SOP loss alone (MLM weight 0) from the trunk, one seed, the whole model trained: meant to show how far
-    order can be learned at all (section 8.5 shows why it does not: the encoder drifts and forgets MLM). Only
+    order can be learned at all (chapter 8's closing section shows why it does not: the encoder drifts and forgets MLM). Only
     for recipes with a trunk."""
     if trunk_run(recipe) is None:
         return []
