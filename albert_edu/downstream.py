@@ -42,14 +42,26 @@ def real_checkpoint() -> Path | None:
 
 
 def checkpoint_tokenizer(path) -> Tokenizer:
-    """The tokenizer of a checkpoint directory: its own spiece.model when it has one, otherwise the book's."""
-    return Tokenizer.load(path) if path is not None and (Path(path) / "spiece.model").is_file() else Tokenizer.load()
+    """The tokenizer of a checkpoint directory: its own spiece.model when it has one; the book's for one of the
+    book's runs (a run-cache entry, with result.json: chapter 8's cache trains them with it) and for path None.
+    Any other directory is refused: a model read through another tokenizer of the same size runs without an
+    error and answers nonsense (the book's pre-trained ALBERT, for one, was trained with the large corpus's)."""
+    if path is None:
+        return Tokenizer.load()
+    path = Path(path)
+    if (path / "spiece.model").is_file():
+        return Tokenizer.load(path)
+    if (path / "result.json").is_file():
+        return Tokenizer.load()
+    raise ValueError(f"{path} has no spiece.model and is not one of the book's runs (no result.json): expected the "
+                     f"tokenizer the model was trained with beside it, as spiece.model")
 
 
 def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
     """A model of class `cls` and its tokenizer from a checkpoint directory: one of this book's runs, or a
     transformers ALBERT directory (config.json, model.safetensors, spiece.model). The directory's own
-    spiece.model is used when it has one, otherwise the book's tokenizer; their vocabularies must agree."""
+    spiece.model is used when it has one, the book's for one of its runs (checkpoint_tokenizer); their vocabularies
+    must agree."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory: expected a checkpoint directory with config.json "
@@ -422,6 +434,55 @@ def check_finetune_recipe(recipe: str) -> dict:
     return FINETUNE_RECIPES[recipe]
 
 
+def sentiment_fold(start, seed: int, fold: int, folds: int, settings: dict, model_config: AlbertConfig | None = None,
+                   on_epoch=None) -> tuple:
+    """Fine-tune one sentiment classifier from `start` (a checkpoint directory, or None with model_config: from
+    scratch) on every fold but `fold`. `on_epoch(model, rows, labels, test, record)`, when given, is called after
+    each epoch (it must not train or draw random numbers). Returns the model, the encoded sentences, the labels and
+    the training and test items."""
+    if not isinstance(fold, int) or not 0 <= fold < folds:
+        raise ValueError(f"fold={fold!r}: expected an integer from 0 to {folds - 1} (folds={folds})")
+    texts, labels = read_polarity()
+    config = FinetuneConfig(seed=seed, **settings)
+    rows = encode_sentences(checkpoint_tokenizer(start), texts, config.max_seq_len)
+    train, test = fold_indices(stratified_folds(labels, folds), fold)
+    model = classifier_from(start, 2, seed, model_config)
+    report = None if on_epoch is None else (lambda record: on_epoch(model, rows, labels, test, record))
+    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits, report)
+    return model, rows, labels, train, test
+
+
+def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int = 5, settings: dict | None = None,
+                       model_config: AlbertConfig | None = None, progress=print) -> dict:
+    """Fine-tune one sentiment classifier, as a user would: train on every fold but `fold`, report the loss and the
+    held-out accuracy on `fold` after each epoch, then save the model with save_pretrained (config.json and
+    model.safetensors, each written to a temporary file and renamed, as pre-training's checkpoints are), the
+    tokenizer beside it, and log.jsonl. `start` is a checkpoint directory, or None with model_config (from
+    scratch). The held-out accuracy is reported, never used to choose anything (no early stopping, no epoch picked
+    by it). Returns the last epoch's record."""
+    settings = dict(FINETUNE_RECIPES["book"]["sentiment"], **(settings or {}))
+    if start is not None and not (Path(start) / "config.json").is_file():
+        raise FileNotFoundError(f"{start}: expected a checkpoint directory with config.json and model.safetensors")
+    records = []
+
+    def held_out(model, rows, labels, test, entry: dict) -> None:  # predict_classes: no dropout, no random numbers
+        answers = [p[1] > 0.5 for p in predict_classes(model, [rows[i] for i in test])]
+        entry["held_out_accuracy"] = sum(a == labels[i] for a, i in zip(answers, test)) / len(test)
+        records.append(entry)
+        progress(entry)
+
+    model = sentiment_fold(start, seed, fold, folds, settings, model_config, held_out)[0]
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    source = Path(start) if start is not None and (Path(start) / "spiece.model").is_file() else DATA_DIR / "tokenizer"
+    for name in ("spiece.model", "tokenizer_config.json"):
+        if (source / name).is_file():
+            write_atomically(out_dir / name, (source / name).read_bytes())
+    lines = [json.dumps({"start": str(start), "fold": fold, "folds": folds, **settings, "seed": seed})]
+    write_atomically(out_dir / "log.jsonl", ("\n".join(lines + [json.dumps(r) for r in records]) + "\n").encode())
+    return records[-1]
+
+
 def continuation_items(documents, tokenizer: Tokenizer, candidates: int = 4, distractors: str = "other",
                        max_seq_len: int = 64, seed: int = 0, limit: int | None = None, window: int = 5,
                        per_document: int | None = None) -> list[dict]:
@@ -496,53 +557,4 @@ def overlap_scores(items: list[dict]) -> list[list[int]]:
             for item in items]
 
 
-def sentiment_fold(start, seed: int, fold: int, folds: int, settings: dict, model_config: AlbertConfig | None = None,
-                   on_epoch=None) -> tuple:
-    """Fine-tune one sentiment classifier from `start` (a checkpoint directory, or None with model_config: from
-    scratch) on every fold but `fold`. `on_epoch(model, rows, labels, test, record)`, when given, is called after
-    each epoch (it must not train or draw random numbers). Returns the model, the encoded sentences, the labels and
-    the training and test items."""
-    if not isinstance(fold, int) or not 0 <= fold < folds:
-        raise ValueError(f"fold={fold!r}: expected an integer from 0 to {folds - 1} (folds={folds})")
-    texts, labels = read_polarity()
-    config = FinetuneConfig(seed=seed, **settings)
-    rows = encode_sentences(checkpoint_tokenizer(start), texts, config.max_seq_len)
-    train, test = fold_indices(stratified_folds(labels, folds), fold)
-    model = classifier_from(start, 2, seed, model_config)
-    report = None if on_epoch is None else (lambda record: on_epoch(model, rows, labels, test, record))
-    fit(model, [rows[i] for i in train], [labels[i] for i in train], config, sentence_logits, report)
-    return model, rows, labels, train, test
-
-
-def finetune_sentiment(start, out_dir, seed: int = 0, fold: int = 0, folds: int = 5, settings: dict | None = None,
-                       model_config: AlbertConfig | None = None, progress=print) -> dict:
-    """Fine-tune one sentiment classifier, as a user would: train on every fold but `fold`, report the loss and the
-    held-out accuracy on `fold` after each epoch, then save the model with save_pretrained (config.json and
-    model.safetensors, each written to a temporary file and renamed, as pre-training's checkpoints are), the
-    tokenizer beside it, and log.jsonl. `start` is a checkpoint directory, or None with model_config (from
-    scratch). The held-out accuracy is reported, never used to choose anything (no early stopping, no epoch picked
-    by it). Returns the last epoch's record."""
-    settings = dict(FINETUNE_RECIPES["book"]["sentiment"], **(settings or {}))
-    if start is not None and not (Path(start) / "config.json").is_file():
-        raise FileNotFoundError(f"{start}: expected a checkpoint directory with config.json and model.safetensors")
-    records = []
-
-    def held_out(model, rows, labels, test, entry: dict) -> None:  # predict_classes: no dropout, no random numbers
-        answers = [p[1] > 0.5 for p in predict_classes(model, [rows[i] for i in test])]
-        entry["held_out_accuracy"] = sum(a == labels[i] for a, i in zip(answers, test)) / len(test)
-        records.append(entry)
-        progress(entry)
-
-    model = sentiment_fold(start, seed, fold, folds, settings, model_config, held_out)[0]
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
-    source = Path(start) if start is not None and (Path(start) / "spiece.model").is_file() else DATA_DIR / "tokenizer"
-    for name in ("spiece.model", "tokenizer_config.json"):
-        if (source / name).is_file():
-            write_atomically(out_dir / name, (source / name).read_bytes())
-    lines = [json.dumps({"start": str(start), "fold": fold, "folds": folds, **settings, "seed": seed})]
-    write_atomically(out_dir / "log.jsonl", ("\n".join(lines + [json.dumps(r) for r in records]) + "\n").encode())
-    return records[-1]
-
-
-__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores', 'sentiment_fold', 'finetune_sentiment']
+__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'sentiment_fold', 'finetune_sentiment', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores']

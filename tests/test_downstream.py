@@ -98,6 +98,9 @@ def test_fill_mask_refuses_bad_input(tokenizer):
 
 def test_a_tokenizer_of_another_vocabulary_is_refused(tmp_path, tokenizer):
     AlbertForPreTraining(tiny(vocab_size=500)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="has no spiece.model and is not one of the book's runs"):
+        load_checkpoint_and_tokenizer(tmp_path)  # no tokenizer beside it: refused, never guessed
+    shutil.copyfile(DATA_DIR / "tokenizer" / "spiece.model", tmp_path / "spiece.model")
     with pytest.raises(ValueError, match="vocabulary of 500 pieces but the tokenizer 8000"):
         load_checkpoint_and_tokenizer(tmp_path)
     with pytest.raises(FileNotFoundError, match="not a directory"):
