@@ -266,6 +266,9 @@ def test_the_command_fine_tunes_one_model_and_saves_it(tmp_path, tokenizer):
     start = tmp_path / "start"
     torch.manual_seed(0)
     AlbertForPreTraining(tiny()).save_pretrained(start)
+    bare = tmp_path / "bare"  # the same weights with no tokenizer beside them: refused, never read with a guessed one
+    shutil.copytree(start, bare)
+    shutil.copyfile(DATA_DIR / "tokenizer" / "spiece.model", start / "spiece.model")
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "albert_edu", "finetune", "--start", str(start), "--out", str(out),
                            "--epochs", "2", "--fold", "1"], capture_output=True, text=True)
@@ -284,6 +287,7 @@ def test_the_command_fine_tunes_one_model_and_saves_it(tmp_path, tokenizer):
     for bad, message in ((["--start", str(start), "--from-scratch"], "both given"),
                          (["--from-scratch"], "--out is required"),
                          (["--start", str(tmp_path / "none"), "--out", str(out)], "expected a checkpoint directory"),
+                         (["--start", str(bare), "--out", str(out)], "has no spiece.model"),
                          (["--from-scratch", "--out", str(out), "--fold", "5"], "fold=5: expected an integer from 0 to 4")):
         failed = subprocess.run([sys.executable, "-m", "albert_edu", "finetune", *bad], capture_output=True, text=True)
         assert failed.returncode == 1 and message in failed.stderr, (bad, failed.stderr)
