@@ -1,0 +1,201 @@
+"""Table 5 on the book's pre-trained ALBERT (chapter 8, section 8.7): the MLM-only model of chapter 7, section 7.8
+(data/checkpoints/albert-book) continued for STEPS steps with each objective (MLM only, MLM + NSP, MLM + SOP) and
+three seeds, on the large corpus cut into neutral pairs (chapter 6: lengths carry no label), at the rate the
+sweep chose for this geometry and batch (data/results/sweep-large-recipe.json). Every run is then asked the same
+held-out pairs, neutral and reference, and its answers are stored, so that every figure of the section can be
+recomputed from data/results/table5-book.json without the weights (9 runs of 8 MB each are not committed).
+
+    python -m albert_edu.tools.table5_book                # trains what is missing (resumable), then collects
+    python -m albert_edu.tools.table5_book --shard 0/2    # one of two processes sharing the runs (one thread each)
+    python -m albert_edu.tools.table5_book --collect      # only writes the results file from finished runs
+
+A run trains in a partial folder, saving every SAVE_EVERY steps, and resumes from there after a kill; its folder
+is renamed complete only after it is scored. The folder's name carries a fingerprint of the settings, the data,
+the training code and the starting weights, so a change to any of them trains anew."""
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections import Counter
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from albert_edu.tools.manifest import ROOT
+
+STEPS, BATCH, LR, OPTIMIZER, WARMUP, SAVE_EVERY = 80, 128, 2e-3, "adamw", 8, 20
+SEEDS, OBJECTIVES, TRAIN_PAIRS = (0, 1, 2), ("none", "nsp", "sop"), "neutral"
+HELD_OUT = 2048  # held-out pairs per task and cutting, drawn from all held-out documents (seed 4321)
+MAX_SEQ_LEN = 128
+RESULTS = ROOT / "data" / "results" / "table5-book.json"
+COMMAND = "python -m albert_edu.tools.table5_book"
+
+
+def runs() -> list:
+    """The nine runs: objective x seed, all from the book's ALBERT, everything else equal."""
+    from albert_edu.run_cache import Run
+    from albert_edu.tools.book_model import model_config
+    from albert_edu.training import TrainingConfig
+
+    return [Run(f"{objective}-s{seed}", model_config(),
+                TrainingConfig(objective=objective, steps=STEPS, batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, seed=seed,
+                               lr=LR, optimizer=OPTIMIZER, warmup_steps=WARMUP, save_every=SAVE_EVERY, log_every=10,
+                               pairs=TRAIN_PAIRS))
+            for objective in OBJECTIVES for seed in SEEDS]
+
+
+def folder(run, runs_dir: Path | None = None) -> Path:
+    """Where a finished run lives: its name and a fingerprint of everything that decides its weights (the
+    run cache's key over settings, data and training code, and the starting checkpoint's sha256)."""
+    from albert_edu.run_cache import run_key
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tools.book_model import BOOK_DIR, verify
+
+    start = verify(BOOK_DIR)["sha256"]["model.safetensors"]
+    key = hashlib.sha256((run_key(run, LARGE_DIR) + start).encode()).hexdigest()[:16]
+    return Path(runs_dir or LARGE_DIR / "runs" / "table5-book") / f"{run.name}-{key}"
+
+
+def held_out() -> dict:
+    """The held-out pairs every run is asked: for each cutting (neutral, reference) and task, HELD_OUT examples."""
+    from albert_edu.corpus import load_documents
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+    from albert_edu.training import validation_examples
+
+    documents = load_documents("validation", LARGE_DIR)
+    tokenizer = Tokenizer.load(LARGE_DIR / "tokenizer")
+    return {pairs: validation_examples(documents, tokenizer, MAX_SEQ_LEN, HELD_OUT, 4321, pairs)
+            for pairs in ("neutral", "reference")}
+
+
+def start_mlm(examples: dict) -> dict:
+    """The book's ALBERT itself, before any continuation, on the neutral SOP pairs' masked pieces: its masked-piece
+    counts, hits and summed cross-entropy per document (answers' mlm_by_document), the yardstick of the MLM column."""
+    from albert_edu.tools.book_model import BOOK_DIR
+
+    return answers(BOOK_DIR, {"neutral": {"sop": examples["neutral"]["sop"]}})["mlm_by_document"]
+
+
+def answers(path: Path, examples: dict) -> dict:
+    """A trained model's answers to every held-out pair (strings of 0s and 1s) and, on the neutral SOP pairs,
+    its masked-piece counts, hits and summed cross-entropy per document."""
+    from albert_edu.model import AlbertForPreTraining
+    from albert_edu.training import predict
+
+    model = AlbertForPreTraining.from_pretrained(path)
+    out = {}
+    for pairs, tasks in examples.items():
+        for task, subset in tasks.items():
+            seen = predict(model, subset)
+            out[f"{pairs}/{task}"] = "".join(map(str, seen["answers"]))
+            if (pairs, task) == ("neutral", "sop"):
+                by_document = {"count": Counter(), "right": Counter(), "loss": Counter()}
+                for e, right, loss in zip(subset, seen["mlm_right_each"], seen["mlm_loss_each"]):
+                    for name, value in (("count", len(e.mlm_positions)), ("right", right), ("loss", loss)):
+                        by_document[name][e.document] += value
+                documents = sorted(by_document["count"])
+                out["mlm_by_document"] = {"documents": documents, **{
+                    name: [round(counts[d], 4) for d in documents] for name, counts in by_document.items()}}
+    return out
+
+
+def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
+    """Train (or resume) one run from the book's ALBERT, score it, and rename its folder complete."""
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tools.book_model import BOOK_DIR
+    from albert_edu.training import pretrain
+
+    final = folder(run, runs_dir)
+    if (final / "result.json").is_file():
+        return final
+    partial = final.with_name(f".{final.name}.partial")
+    if partial.exists() and not (partial / "checkpoints" / "latest").is_file():
+        shutil.rmtree(partial)  # nothing to resume from
+    started = time.perf_counter()
+    pretrain(run.model, run.training, partial, resume=partial.exists(), data_dir=LARGE_DIR, progress=False,
+             init_from=BOOK_DIR, device="cpu", precision="fp32")
+    seconds = round(time.perf_counter() - started, 1)
+    result = {"name": run.name, "training": asdict(run.training), "seconds": seconds, **answers(partial, examples)}
+    shutil.rmtree(partial / "checkpoints")
+    (partial / "result.json").write_text(json.dumps(result) + "\n")
+    partial.rename(final)
+    return final
+
+
+def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None) -> dict:
+    """The results file: how it was made, what each held-out pair is, and every run's answers and losses."""
+    from albert_edu.tools.book_model import BOOK_DIR, verify
+
+    paths = [folder(run, runs_dir) for run in runs()]
+    missing = [p.name for p in paths if not (p / "result.json").is_file()]
+    if missing:
+        raise ValueError(f"runs not finished: {missing}; train them with `{COMMAND}`")
+    examples = examples or held_out()
+    records = []
+    for path in paths:
+        result = json.loads((path / "result.json").read_text())
+        log = [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
+        result["loss"] = [[r["step"], r["mlm_loss"], r["pair_loss"]] for r in log if "loss" in r]  # every 10 steps
+        records.append(result)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    record = {"command": COMMAND, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
+              "start": {"checkpoint": "data/checkpoints/albert-book",
+                        "sha256": verify(BOOK_DIR)["sha256"]["model.safetensors"],
+                        "mlm_by_document": start_mlm(examples)},
+              "settings": {"steps": STEPS, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": WARMUP,
+                           "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
+              "loss_columns": ["step", "mlm_loss", "pair_loss"],
+              "held_out": {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
+                                               "documents": [e.document for e in subset]}
+                           for pairs, tasks in examples.items() for task, subset in tasks.items()},
+              "runs": records}
+    out.write_text(json.dumps(record) + "\n")
+    return record
+
+
+def balanced_means(record: dict, pairs: str = "neutral") -> dict:
+    """Per (objective, task): the seeds' mean balanced accuracy, in %, on the held-out pairs cut as `pairs`."""
+    from albert_edu.experiments import balanced_accuracy
+
+    out = {}
+    for task in ("nsp", "sop"):
+        labels = [int(b) for b in record["held_out"][f"{pairs}/{task}"]["labels"]]
+        for objective in OBJECTIVES:
+            scores = [balanced_accuracy([int(b) for b in r[f"{pairs}/{task}"]], labels) for r in record["runs"]
+                      if r["training"]["objective"] == objective]
+            out[objective, task] = 100 * sum(scores) / len(scores)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shard", default="0/1", help="I/N: train every N-th run from the I-th (default 0/1: all)")
+    parser.add_argument("--collect", action="store_true", help="only write the results file")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        index, count = map(int, args.shard.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        parser.error(f"--shard {args.shard!r}: expected I/N with 0 <= I < N, as in 0/2")
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    examples = held_out()
+    if not args.collect:
+        for run in runs()[index::count]:
+            print(f"{run.name}: {train_one(run, examples)}", flush=True)
+    if args.collect or count == 1:
+        record = collect(examples=examples)
+        print(f"wrote {RESULTS.relative_to(ROOT)} ({record['training_minutes']} minutes of training)")
+
+
+if __name__ == "__main__":
+    main()
