@@ -1,0 +1,74 @@
+"""Table 5 on the book's pre-trained ALBERT (albert_edu.tools.table5_book, chapter 8, section 8.7): the committed
+results are the module's nine runs from the committed checkpoint, asked the held-out pairs the module makes now;
+unfinished runs are refused by name; and (slow) a run's first 10 steps re-train to its logged loss."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from albert_edu.tools import table5_book
+from albert_edu.tools.book_model import verify
+
+
+@pytest.fixture(scope="module")
+def record():
+    return json.loads(table5_book.RESULTS.read_text())
+
+
+def test_the_results_are_the_nine_runs_from_the_committed_checkpoint(record):
+    assert record["start"]["sha256"] == verify()["sha256"]["model.safetensors"]
+    settings = {"steps": table5_book.STEPS, "batch_size": table5_book.BATCH, "lr": table5_book.LR,
+                "optimizer": table5_book.OPTIMIZER, "warmup_steps": table5_book.WARMUP,
+                "max_seq_len": table5_book.MAX_SEQ_LEN, "train_pairs": table5_book.TRAIN_PAIRS,
+                "held_out_per_task": table5_book.HELD_OUT}
+    assert record["settings"] == settings
+    assert [r["training"] for r in record["runs"]] == [json.loads(json.dumps(asdict(run.training)))
+                                                       for run in table5_book.runs()]
+    assert record["training_minutes"] == pytest.approx(sum(r["seconds"] for r in record["runs"]) / 60, abs=0.051)
+    for name, held in record["held_out"].items():
+        assert len(held["labels"]) == len(held["documents"]) == table5_book.HELD_OUT, name
+        assert all(len(r[name]) == table5_book.HELD_OUT and set(r[name]) <= {"0", "1"} for r in record["runs"])
+    start = record["start"]["mlm_by_document"]  # the checkpoint itself, on the same masked pieces as every run
+    for r in record["runs"]:
+        assert r["mlm_by_document"]["documents"] == start["documents"] and r["mlm_by_document"]["count"] == start["count"]
+        assert max(step for step, *_ in r["loss"]) == table5_book.STEPS
+        mlm = r["mlm_by_document"]
+        assert len(mlm["documents"]) == len(mlm["count"]) == len(mlm["right"]) == len(mlm["loss"])
+        assert all(0 <= right <= count for right, count in zip(mlm["right"], mlm["count"]))
+
+
+def test_the_held_out_pairs_are_what_the_module_makes(record):
+    made = table5_book.held_out()
+    for pairs, tasks in made.items():
+        for task, subset in tasks.items():
+            stored = record["held_out"][f"{pairs}/{task}"]
+            assert "".join(str(e.pair_label) for e in subset) == stored["labels"]
+            assert [e.document for e in subset] == stored["documents"]
+
+
+def test_unfinished_runs_and_bad_shards_are_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"runs not finished: \['none-s0-[0-9a-f]{16}'"):
+        table5_book.collect(runs_dir=tmp_path, out=tmp_path / "out.json", examples={})
+    assert not (tmp_path / "out.json").exists()
+    with pytest.raises(SystemExit):
+        table5_book.main(["--shard", "2/2"])
+    assert "--shard '2/2': expected I/N with 0 <= I < N" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_first_10_steps_retrain_to_the_logged_loss(tmp_path, record):
+    """The SOP run of seed 0, its first 10 steps trained here from the committed checkpoint: the loss logged at
+    step 10 within 1e-4 of the committed one."""
+    from dataclasses import replace
+
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tools.book_model import BOOK_DIR
+    from albert_edu.training import pretrain
+
+    run = next(r for r in table5_book.runs() if r.name == "sop-s0")
+    pretrain(run.model, replace(run.training, save_every=0), tmp_path / "run", data_dir=LARGE_DIR, progress=False,
+             init_from=BOOK_DIR, stop_after=10, precision="fp32")
+    ours = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    logged = {step: (mlm, pair) for step, mlm, pair in next(r for r in record["runs"] if r["name"] == "sop-s0")["loss"]}
+    assert abs(ours[0]["mlm_loss"] - logged[10][0]) <= 1e-4 and abs(ours[0]["pair_loss"] - logged[10][1]) <= 1e-4
