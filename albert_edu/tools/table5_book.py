@@ -48,14 +48,21 @@ def runs() -> list:
             for objective in OBJECTIVES for seed in SEEDS]
 
 
-def folder(run, runs_dir: Path | None = None) -> Path:
-    """Where a finished run lives: its name and a fingerprint of everything that decides its weights (the
-    run cache's key over settings, data and training code, and the starting checkpoint's sha256)."""
-    from albert_edu.run_cache import run_key
-    from albert_edu.sources import LARGE_DIR
+def start_sha256() -> str:
+    """The committed checkpoint's weights' sha256, after verify has checked every file against provenance.json."""
     from albert_edu.tools.book_model import BOOK_DIR, verify
 
-    start = verify(BOOK_DIR)["sha256"]["model.safetensors"]
+    return verify(BOOK_DIR)["sha256"]["model.safetensors"]
+
+
+def folder(run, runs_dir: Path | None = None, start: str | None = None) -> Path:
+    """Where a finished run lives: its name and a fingerprint of everything that decides its weights (the
+    run cache's key over settings, data and training code, and the starting checkpoint's sha256, `start`, which
+    is computed when not given)."""
+    from albert_edu.run_cache import run_key
+    from albert_edu.sources import LARGE_DIR
+
+    start = start or start_sha256()
     key = hashlib.sha256((run_key(run, LARGE_DIR) + start).encode()).hexdigest()[:16]
     return Path(runs_dir or LARGE_DIR / "runs" / "table5-book") / f"{run.name}-{key}"
 
@@ -129,9 +136,8 @@ def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
 
 def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None) -> dict:
     """The results file: how it was made, what each held-out pair is, and every run's answers and losses."""
-    from albert_edu.tools.book_model import BOOK_DIR, verify
-
-    paths = [folder(run, runs_dir) for run in runs()]
+    start = start_sha256()
+    paths = [folder(run, runs_dir, start) for run in runs()]
     missing = [p.name for p in paths if not (p / "result.json").is_file()]
     if missing:
         raise ValueError(f"runs not finished: {missing}; train them with `{COMMAND}`")
@@ -145,8 +151,7 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     record = {"command": COMMAND, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
-              "start": {"checkpoint": "data/checkpoints/albert-book",
-                        "sha256": verify(BOOK_DIR)["sha256"]["model.safetensors"],
+              "start": {"checkpoint": "data/checkpoints/albert-book", "sha256": start,
                         "mlm_by_document": start_mlm(examples)},
               "settings": {"steps": STEPS, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": WARMUP,
                            "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
