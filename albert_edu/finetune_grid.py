@@ -9,6 +9,7 @@ this module only schedules, caches and collects it. The chapter reads the commit
 import json
 import os
 import platform
+import random
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -38,17 +39,29 @@ _CONTINUATION_DATA = {}  # one worker runs many cells on the same items: build t
 
 
 def continuation_data(settings: dict, distractors: str) -> tuple[list[dict], list[dict]]:
-    """The continuation task's training items (from the training documents) and evaluation items (held out)."""
+    """The continuation task's training items (from the training documents) and evaluation items (held out). With
+    settings["corpus"] "large", both come from chapter 2's large corpus, read with its tokenizer, the training items
+    from settings["train_documents"] of its training documents drawn at random (seed 0) from every source (all of
+    them would take minutes to encode; the split lists its sources one after another)."""
     from albert_edu.corpus import load_documents
+    from albert_edu.sources import LARGE_DIR
 
     key = json.dumps([settings, distractors], sort_keys=True)
     if key not in _CONTINUATION_DATA:
-        tokenizer = Tokenizer.load()
+        corpus = settings.get("corpus", "book")
+        if corpus not in ("book", "large"):
+            raise ValueError(f"corpus={corpus!r}: expected 'book' (chapter 2's corpus) or 'large'")
+        data_dir = LARGE_DIR if corpus == "large" else DATA_DIR
+        tokenizer = Tokenizer.load(data_dir / "tokenizer")
         common = dict(candidates=settings["candidates"], distractors=distractors, max_seq_len=settings["max_seq_len"],
                       window=settings["window"], per_document=settings["per_document"])
+        train = load_documents("train", data_dir)
+        if settings.get("train_documents"):
+            train = [train[i] for i in sorted(random.Random(0).sample(range(len(train)), settings["train_documents"]))]
         _CONTINUATION_DATA[key] = (
-            continuation_items(load_documents("train"), tokenizer, seed=1, limit=settings["train_items"], **common),
-            continuation_items(load_documents("validation"), tokenizer, seed=2, limit=settings["eval_items"], **common))
+            continuation_items(train, tokenizer, seed=1, limit=settings["train_items"], **common),
+            continuation_items(load_documents("validation", data_dir), tokenizer, seed=2, limit=settings["eval_items"],
+                               **common))
     return _CONTINUATION_DATA[key]
 
 
