@@ -44,11 +44,11 @@ _HOME = {
     'score': 'experiments',  # 08_nsp_vs_sop.ipynb
     'layer_states': 'analysis',  # 09_embeddings_across_layers.ipynb
     'figure1_curves': 'analysis',  # 09_embeddings_across_layers.ipynb
-    'load_checkpoint_and_tokenizer': 'downstream',  # 10_using_the_model.ipynb
     'fill_mask': 'downstream',  # 10_using_the_model.ipynb
     'FinetuneConfig': 'downstream',  # 10_using_the_model.ipynb
     'fit': 'downstream',  # 10_using_the_model.ipynb
     'finetune_sentiment': 'downstream',  # 10_using_the_model.ipynb
+    'load_checkpoint_and_tokenizer': 'downstream',  # 10_using_the_model.ipynb
 }
 # the other names of the chapters' modules: albert_edu.X says where they are
 _ELSEWHERE = {
@@ -128,40 +128,21 @@ _ELSEWHERE = {
     'logged_lines': 'training',
     'held_out_examples': 'experiments',
     'held_out_pairs': 'experiments',
-    'second_documents': 'experiments',
     'scoring_key': 'experiments',
-    'load_result': 'experiments',
-    'experiment_model': 'experiments',
-    'RECIPES': 'experiments',
-    'check_recipe': 'experiments',
-    'recipe_training': 'experiments',
-    'recipe_model': 'experiments',
-    'trunk_run': 'experiments',
-    'SWEEP': 'experiments',
-    'sweep_runs': 'experiments',
-    'table5_runs': 'experiments',
-    'diagnostic_runs': 'experiments',
-    'figure1_runs': 'experiments',
-    'provenance': 'experiments',
-    'sweep_results': 'experiments',
-    'run_summary': 'experiments',
     'unigram_log_p': 'experiments',
-    'pair_features': 'experiments',
     'fit_probe': 'experiments',
+    'SURFACE_FEATURES': 'experiments',
+    'surface_features': 'experiments',
+    'pair_features': 'experiments',
     'probe': 'experiments',
     'PROBE_READS': 'experiments',
     'probe_reads': 'experiments',
-    'SURFACE_FEATURES': 'experiments',
-    'surface_features': 'experiments',
     'text_batch': 'analysis',
     'layer_transitions': 'analysis',
     'roughness': 'analysis',
     'held_out_text': 'analysis',
     'unrolled_transitions': 'analysis',
     'experiment_results': 'analysis',
-    'CHECKPOINT_VARIABLE': 'downstream',
-    'real_checkpoint': 'downstream',
-    'checkpoint_tokenizer': 'downstream',
     'encode_for_model': 'downstream',
     'SIMILARITY_FILES': 'downstream',
     'read_similarity': 'downstream',
@@ -194,6 +175,9 @@ _ELSEWHERE = {
     'pair_row': 'downstream',
     'choice_logits': 'downstream',
     'overlap_scores': 'downstream',
+    'CHECKPOINT_VARIABLE': 'downstream',
+    'real_checkpoint': 'downstream',
+    'checkpoint_tokenizer': 'downstream',
     'ABLATION_RECIPES': 'ablations',
     'ABLATION_LENGTH': 'ablations',
     'STRATEGY_E': 'ablations',

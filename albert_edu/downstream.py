@@ -25,55 +25,6 @@ from albert_edu.tokenizer import Tokenizer
 from albert_edu.training import eval_mode
 
 
-CHECKPOINT_VARIABLE = "ALBERT_CHECKPOINT"  # a local transformers ALBERT directory, e.g. a copy of albert-base-v2
-
-
-def real_checkpoint() -> Path | None:
-    """The directory that the ALBERT_CHECKPOINT variable names, or None when it is unset or empty."""
-    value = os.environ.get(CHECKPOINT_VARIABLE, "").strip()
-    if not value:
-        return None
-    path = Path(value).expanduser()
-    missing = [name for name in ("config.json", "model.safetensors", "spiece.model") if not (path / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{CHECKPOINT_VARIABLE}={value!r} lacks {missing}: expected a transformers ALBERT "
-                                f"directory (config.json, model.safetensors, spiece.model), e.g. a copy of albert-base-v2")
-    return path
-
-
-def checkpoint_tokenizer(path) -> Tokenizer:
-    """The tokenizer of a checkpoint directory: its own spiece.model when it has one; the book's for one of the
-    book's runs (a run-cache entry, with result.json: chapter 8's cache trains them with it) and for path None.
-    Any other directory is refused: a model read through another tokenizer of the same size runs without an
-    error and answers nonsense (the book's pre-trained ALBERT, for one, was trained with the large corpus's)."""
-    if path is None:
-        return Tokenizer.load()
-    path = Path(path)
-    if (path / "spiece.model").is_file():
-        return Tokenizer.load(path)
-    if (path / "result.json").is_file():
-        return Tokenizer.load()
-    raise ValueError(f"{path} has no spiece.model and is not one of the book's runs (no result.json): expected the "
-                     f"tokenizer the model was trained with beside it, as spiece.model")
-
-
-def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
-    """A model of class `cls` and its tokenizer from a checkpoint directory: one of this book's runs, or a
-    transformers ALBERT directory (config.json, model.safetensors, spiece.model). The directory's own
-    spiece.model is used when it has one, the book's for one of its runs (checkpoint_tokenizer); their vocabularies
-    must agree."""
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory: expected a checkpoint directory with config.json "
-                                f"and model.safetensors")
-    model = cls.from_pretrained(path)
-    tokenizer = checkpoint_tokenizer(path)
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(f"{path}: the model has a vocabulary of {model.config.vocab_size} pieces but the tokenizer "
-                         f"{tokenizer.vocab_size}; expected the tokenizer the model was trained with (spiece.model)")
-    return model, tokenizer
-
-
 def encode_for_model(tokenizer: Tokenizer, text: str, max_seq_len: int) -> list[int]:
     """[CLS] text [SEP] as ids, refusing text longer than the model's position table."""
     ids = [tokenizer.cls_id, *tokenizer.encode(text), tokenizer.sep_id]
@@ -557,4 +508,53 @@ def overlap_scores(items: list[dict]) -> list[list[int]]:
             for item in items]
 
 
-__all__ = ['CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer', 'encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'sentiment_fold', 'finetune_sentiment', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores']
+CHECKPOINT_VARIABLE = "ALBERT_CHECKPOINT"  # a local transformers ALBERT directory, e.g. a copy of albert-base-v2
+
+
+def real_checkpoint() -> Path | None:
+    """The directory that the ALBERT_CHECKPOINT variable names, or None when it is unset or empty."""
+    value = os.environ.get(CHECKPOINT_VARIABLE, "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    missing = [name for name in ("config.json", "model.safetensors", "spiece.model") if not (path / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{CHECKPOINT_VARIABLE}={value!r} lacks {missing}: expected a transformers ALBERT "
+                                f"directory (config.json, model.safetensors, spiece.model), e.g. a copy of albert-base-v2")
+    return path
+
+
+def checkpoint_tokenizer(path) -> Tokenizer:
+    """The tokenizer of a checkpoint directory: its own spiece.model when it has one; the book's for one of the
+    book's runs (a run-cache entry, with result.json: chapter 8's cache trains them with it) and for path None.
+    Any other directory is refused: a model read through another tokenizer of the same size runs without an
+    error and answers nonsense (the book's pre-trained ALBERT, for one, was trained with the large corpus's)."""
+    if path is None:
+        return Tokenizer.load()
+    path = Path(path)
+    if (path / "spiece.model").is_file():
+        return Tokenizer.load(path)
+    if (path / "result.json").is_file():
+        return Tokenizer.load()
+    raise ValueError(f"{path} has no spiece.model and is not one of the book's runs (no result.json): expected the "
+                     f"tokenizer the model was trained with beside it, as spiece.model")
+
+
+def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
+    """A model of class `cls` and its tokenizer from a checkpoint directory: one of this book's runs, or a
+    transformers ALBERT directory (config.json, model.safetensors, spiece.model). The directory's own
+    spiece.model is used when it has one, the book's for one of its runs (checkpoint_tokenizer); their vocabularies
+    must agree."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a directory: expected a checkpoint directory with config.json "
+                                f"and model.safetensors")
+    model = cls.from_pretrained(path)
+    tokenizer = checkpoint_tokenizer(path)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(f"{path}: the model has a vocabulary of {model.config.vocab_size} pieces but the tokenizer "
+                         f"{tokenizer.vocab_size}; expected the tokenizer the model was trained with (spiece.model)")
+    return model, tokenizer
+
+
+__all__ = ['encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'sentiment_fold', 'finetune_sentiment', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores', 'CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer']
