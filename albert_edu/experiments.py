@@ -7,9 +7,7 @@ A); their names are re-exported here."""
 
 import hashlib
 import inspect
-import json
 import math
-import random
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +15,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, load_documents
 from albert_edu.model import AlbertForPreTraining, AlbertModel
 from albert_edu.pretraining_data import Example, collate, create_examples
@@ -29,7 +26,7 @@ from albert_edu.run_cache import (CHECKPOINTS_DIR, CODE_FILES, DATA_FILES, RESUL
 from albert_edu.stats import (bits, bootstrap_weights, clustered_mcnemar, holm, interval,  # noqa: F401
                               sign_flip_test, weighted_balanced_accuracy)
 from albert_edu.tokenizer import Tokenizer
-from albert_edu.training import TrainingConfig, eval_mode, predict, validation_examples
+from albert_edu.training import eval_mode, predict, validation_examples
 
 
 def balanced_accuracy(predictions: list[int], labels: list[int]) -> float:
