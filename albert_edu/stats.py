@@ -1,12 +1,13 @@
 """The book's statistical tools: per-document bootstrap intervals, paired tests counted by documents, Holm's
-adjustment. Appendix A ("How this book tests a claim") builds each one by hand and checks it by simulation; chapters
-8-11 use them (through albert_edu.experiments, which re-exports these names). Every interval and test treats the
-held-out document as the unit, since a second sample of text would bring other documents, not other pieces of the
-same ones."""
+adjustment, and Welch's t-test for a few seeds a side. Appendix A ("How this book tests a claim") builds each one by
+hand and checks it by simulation; chapters 8-11 use them (through albert_edu.experiments, which re-exports these
+names). The intervals and the paired tests treat the held-out document as the unit, since a second sample of text
+would bring other documents, not other pieces of the same ones; Welch's test treats the training seed as the unit."""
 
 import math
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def bits(text: str) -> np.ndarray:
@@ -126,3 +127,19 @@ def holm(p_values: dict) -> dict:
         running = max(running, min(1.0, (len(p_values) - i) * p))
         adjusted[key] = running
     return {key: adjusted[key] for key in p_values}
+
+
+def welch(a, b, level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """Welch's t-test of mean(a) - mean(b) for two small samples of unequal variance (here: per-seed losses):
+    the two-sided p-value and the `level` interval of the difference. Seeds are the unit: this is the test that
+    covers training's randomness, which resampling documents does not."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"{len(a)} and {len(b)} values: expected at least 2 a side (seeds) for a t-test")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    difference, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
+    if se == 0:
+        return (1.0 if difference == 0 else 0.0), (difference, difference)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(student_t.ppf(0.5 + level / 2, df)) * se
+    return float(2 * student_t.sf(abs(difference) / se, df)), (difference - half, difference + half)
