@@ -203,26 +203,6 @@ def self_similarity(vectors: torch.Tensor) -> float:
     return float((cosines.sum() - cosines.diagonal().sum()) / (n * (n - 1)))
 
 
-POLARITY_FILE = "pang_lee_polarity.cor"
-
-
-def read_polarity(raw_dir: Path = DATA_DIR / "raw") -> tuple[list[str], list[int]]:
-    """The labelled movie-review sentences: texts and labels (1 positive, 0 negative), in file order. The file is
-    Windows-1252 text (its accents and dashes are single bytes such as 0x97, an em dash), not UTF-8."""
-    path = Path(raw_dir) / POLARITY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `albert-edu prepare-data` (make does it)")
-    texts, labels = [], []
-    for number, line in enumerate(path.read_bytes().decode("cp1252").splitlines(), 1):
-        label, _, text = line.partition(" ")
-        if label not in ("__label__pos", "__label__neg") or not text.strip():
-            raise ValueError(f"{path}:{number}: {line[:60]!r}: expected '__label__pos' or '__label__neg', a space "
-                             f"and a sentence")
-        texts.append(text.strip())
-        labels.append(int(label == "__label__pos"))
-    return texts, labels
-
-
 @dataclass(frozen=True)
 class FinetuneConfig:
     """How a pre-trained encoder is fine-tuned: AdamW, the rate warmed up linearly over the first tenth of the
@@ -334,6 +314,26 @@ def predict_classes(model, rows: list, logits_of=sentence_logits, batch_size: in
 def encode_sentences(tokenizer: Tokenizer, texts: list[str], max_seq_len: int) -> list[list[int]]:
     """[CLS] text [SEP] for each text, cut to max_seq_len (the end of a long text is dropped)."""
     return [[tokenizer.cls_id, *ids[:max_seq_len - 2], tokenizer.sep_id] for ids in tokenizer.encode_batch(texts)]
+
+
+POLARITY_FILE = "pang_lee_polarity.cor"
+
+
+def read_polarity(raw_dir: Path = DATA_DIR / "raw") -> tuple[list[str], list[int]]:
+    """The labelled movie-review sentences: texts and labels (1 positive, 0 negative), in file order. The file is
+    Windows-1252 text (its accents and dashes are single bytes such as 0x97, an em dash), not UTF-8."""
+    path = Path(raw_dir) / POLARITY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `albert-edu prepare-data` (make does it)")
+    texts, labels = [], []
+    for number, line in enumerate(path.read_bytes().decode("cp1252").splitlines(), 1):
+        label, _, text = line.partition(" ")
+        if label not in ("__label__pos", "__label__neg") or not text.strip():
+            raise ValueError(f"{path}:{number}: {line[:60]!r}: expected '__label__pos' or '__label__neg', a space "
+                             f"and a sentence")
+        texts.append(text.strip())
+        labels.append(int(label == "__label__pos"))
+    return texts, labels
 
 
 def stratified_folds(labels: list[int], folds: int, seed: int = 0) -> list[int]:
@@ -557,4 +557,4 @@ def load_checkpoint_and_tokenizer(path, cls=AlbertForPreTraining):
     return model, tokenizer
 
 
-__all__ = ['encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'POLARITY_FILE', 'read_polarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'sentiment_fold', 'finetune_sentiment', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores', 'CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer']
+__all__ = ['encode_for_model', 'fill_mask', 'SIMILARITY_FILES', 'read_similarity', 'word_table', 'word_vectors', 'ranks', 'spearman', 'pair_cosines', 'nearest_words', 'WORD', 'cooccurrence_vectors', 'bootstrap_pairs', 'contextual_vectors', 'self_similarity', 'FinetuneConfig', 'classifier_from', 'pad', 'fit', 'sentence_logits', 'predict_logits', 'predict_classes', 'encode_sentences', 'POLARITY_FILE', 'read_polarity', 'stratified_folds', 'fold_indices', 'FINETUNE_RECIPES', 'CONTENDERS', 'check_finetune_recipe', 'sentiment_fold', 'finetune_sentiment', 'continuation_items', 'pair_row', 'choice_logits', 'overlap_scores', 'CHECKPOINT_VARIABLE', 'real_checkpoint', 'checkpoint_tokenizer', 'load_checkpoint_and_tokenizer']

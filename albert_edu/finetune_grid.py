@@ -4,7 +4,7 @@ on one thread, so that its numbers do not depend on the machine's cores; the res
 of the encoders, the settings, the code and the data; each finished fine-tuning is kept until the grid is complete,
 so that a killed grid resumes where it stopped. What is fine-tuned, and how, is chapter 10's (albert_edu.downstream);
 this module only schedules, caches and collects it. The chapter reads the committed results
-(data/results/finetune-*.json) and re-runs one cell of the grid to check them."""
+(data/results/finetune-*.json); the tests re-run one cell of the grid to check them."""
 
 import json
 import os

@@ -315,3 +315,29 @@ def test_the_committed_grid_holds_every_prediction(recipe_name):
             # eval_items is an upper limit: the held-out documents give about 600 items at 15 per document
             assert 500 < len(found["answers"]) <= recipe["continuation"]["eval_items"]
             assert all(len(p) == len(found["answers"]) and all(len(q) == 4 for q in p) for p in found[name])
+
+
+def test_the_book_grid_s_first_cell_reproduces_its_committed_predictions():
+    """Chapter 10 reads the committed sentiment grid; its first cell (the SOP-trained encoder of chapter 8's book
+    recipe, seed 0, fold 0 held out) is fine-tuned again here, on one thread as the grid's workers run, and must
+    give the stored probabilities to within rounding (processors differ: 5e-10 to 2e-8 seen), and the 50/50 loss
+    the chapter reports (it never learns more than that)."""
+    from albert_edu.downstream import predict_classes, sentiment_fold
+    from albert_edu.experiments import table5_runs, train_all
+
+    grid = json.loads((DATA_DIR / "results" / "finetune-book.json").read_text())
+    start = train_all([run for run in table5_runs("book") if run.training.objective == "sop"])[0]
+    assert grid["starts"]["MLM + SOP"] == [start.name]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    losses = []
+    try:
+        model, rows, _, _, test = sentiment_fold(str(start), 0, 0, FINETUNE_RECIPES["book"]["folds"],
+                                                 FINETUNE_RECIPES["book"]["sentiment"],
+                                                 on_epoch=lambda *args: losses.append(args[-1]["loss"]))
+        live = [p[1] for p in predict_classes(model, [rows[i] for i in test])]
+    finally:
+        torch.set_num_threads(threads)
+    stored = [grid["sentiment"]["MLM + SOP"][0][i] for i in test]
+    assert max(abs(a - b) for a, b in zip(live, stored)) < 2e-3
+    assert losses and all(abs(loss - np.log(2)) < 0.02 for loss in losses)
