@@ -47,7 +47,6 @@ _HOME = {
     'fill_mask': 'downstream',  # 10_using_the_model.ipynb
     'FinetuneConfig': 'downstream',  # 10_using_the_model.ipynb
     'fit': 'downstream',  # 10_using_the_model.ipynb
-    'finetune_sentiment': 'downstream',  # 10_using_the_model.ipynb
     'load_checkpoint_and_tokenizer': 'downstream',  # 10_using_the_model.ipynb
 }
 # the other names of the chapters' modules: albert_edu.X says where they are
@@ -167,10 +166,6 @@ _ELSEWHERE = {
     'read_polarity': 'downstream',
     'stratified_folds': 'downstream',
     'fold_indices': 'downstream',
-    'FINETUNE_RECIPES': 'downstream',
-    'CONTENDERS': 'downstream',
-    'check_finetune_recipe': 'downstream',
-    'sentiment_fold': 'downstream',
     'continuation_items': 'downstream',
     'pair_row': 'downstream',
     'choice_logits': 'downstream',

@@ -7,9 +7,10 @@ the operation count behind Table 2; the grid's recipes, runs and reading are alb
 harness albert_edu.throughput (plumbing), re-exported here."""
 
 from albert_edu.ablation_grid import (ABLATION_LENGTH, ABLATION_RECIPES, DEPTHS, DROPOUT, STRATEGY_E,  # noqa: F401
-                                      WIDE, WIDE_STEP_COST, ablation_model, ablation_results, ablation_runs,
-                                      ablation_training, cell_documents, cell_scores, check_ablation_recipe, compare,
-                                      depth_scores, plan, read_plan, side_losses, unique_runs)
+                                      TABLE6_FILE, TABLE6_RATES, WIDE, WIDE_STEP_COST, ablation_model,
+                                      ablation_results, ablation_runs, ablation_training, cell_documents, cell_scores,
+                                      check_ablation_recipe, compare, depth_scores, grid_runs, plan, read_plan,
+                                      side_losses, table6_rate_results, table6_run, unique_runs)
 from albert_edu.config import AlbertConfig
 from albert_edu.stats import welch  # noqa: F401
 from albert_edu.throughput import (THROUGHPUT_FILE, THROUGHPUT_MODELS, load_throughput, machine,  # noqa: F401

@@ -19,10 +19,10 @@ import torch
 
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, write_atomically
-from albert_edu.downstream import (CONTENDERS, FINETUNE_RECIPES, POLARITY_FILE, FinetuneConfig, check_finetune_recipe,
-                                   choice_logits, classifier_from, continuation_items, fit, fold_indices,
-                                   overlap_scores, predict_classes, predict_logits, read_polarity, sentiment_fold,
+from albert_edu.downstream import (POLARITY_FILE, FinetuneConfig, choice_logits, classifier_from, continuation_items,
+                                   fit, fold_indices, overlap_scores, predict_classes, predict_logits, read_polarity,
                                    stratified_folds)
+from albert_edu.finetune_recipes import CONTENDERS, FINETUNE_RECIPES, check_finetune_recipe, sentiment_fold
 from albert_edu.tokenizer import Tokenizer
 
 

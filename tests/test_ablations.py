@@ -4,6 +4,7 @@ comparisons that read the grid, and unrolling a shared model to other depths."""
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, THROUGHPUT_FILE, THROUGHPUT_MODELS, WIDE_STEP_COST,
-                                  ablation_model, ablation_runs, ablation_training, cell_documents, cell_scores,
-                                  check_ablation_recipe, compare, depth_scores, forward_flops, load_throughput,
-                                  measure_throughput, plan, read_plan, unique_runs, welch)
+from albert_edu.ablations import (ABLATION_RECIPES, STRATEGY_E, TABLE6_FILE, TABLE6_RATES, THROUGHPUT_FILE,
+                                  THROUGHPUT_MODELS, WIDE_STEP_COST, ablation_model, ablation_runs, ablation_training,
+                                  cell_documents, cell_scores, check_ablation_recipe, compare, depth_scores,
+                                  forward_flops, grid_runs, load_throughput, measure_throughput, plan, read_plan,
+                                  table6_run, unique_runs, welch)
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR
 from albert_edu.experiments import RESULTS_DIR, run_dir, run_key
@@ -219,7 +221,7 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
     import albert_edu.run_cache as run_cache
     import albert_edu.tools.rekey as rekey
 
-    for name in ("ablations-book", "ablations-full", "finetune-book", "finetune-full"):
+    for name in rekey.GRIDS:
         shutil.copyfile(RESULTS_DIR / f"{name}.json", tmp_path / f"{name}.json")
     book = json.loads((RESULTS_DIR / "ablations-book.json").read_text())
     real_key = experiments.run_key
@@ -253,7 +255,7 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
         assert results["rekeyed"][-1]["from"] == "BASE" and results["rekeyed"][-1]["trained_again"] == checked
         assert results["rekeyed"][-1]["tolerance"] == {"rel": 1e-6, "abs": 2e-5}
         if "runs" in before:
-            grid = {r.name: r for r in unique_runs(ablation_runs(before["recipe"]))}
+            grid = grid_runs(before["recipe"])
             assert all(results["runs"][n]["key"] == new_key(grid[n]) != s["key"] for n, s in before["runs"].items())
             assert {n: {**s, "key": 0} for n, s in results["runs"].items()} == \
                 {n: {**s, "key": 0} for n, s in before["runs"].items()}
@@ -284,7 +286,9 @@ def test_committed_grids_are_carried_over_to_new_fingerprints_only_when_runs_tra
 
 def test_a_carried_over_grid_records_the_commits_and_the_runs_trained_again():
     grids = {r.name for recipe in ("book", "full") for r in unique_runs(ablation_runs(recipe))}
-    for name in ("ablations-book", "ablations-full", "finetune-book", "finetune-full"):
+    from albert_edu.tools.rekey import GRIDS
+
+    for name in GRIDS:
         for record in json.loads((RESULTS_DIR / f"{name}.json").read_text()).get("rekeyed", []):
             assert record["from"] and record["to"] and record["trained_again"]
             assert set(record["trained_again"]) <= grids
@@ -328,3 +332,34 @@ def test_the_throughput_command_refuses_no_rounds(tmp_path):
                              str(tmp_path / "t.json")], capture_output=True, text=True)
     assert result.returncode == 1 and "--rounds 0: expected at least 1" in result.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+def test_table6_s_rate_sweep_changes_only_the_rate_and_keeps_the_grid_s_own_runs():
+    grid = ablation_runs("full")["table6"]
+    for side, runs in grid.items():
+        for seed, run in enumerate(runs):
+            assert table6_run(side, run.training.lr, seed) == run  # the grid's rate: the grid's run, trained once
+            for lr in TABLE6_RATES:
+                other = table6_run(side, lr, seed)
+                assert other.model == run.model and other.training == replace(run.training, lr=lr)
+    names = grid_runs("table6-rates")
+    assert len(names) == 2 * len(TABLE6_RATES) * 3 and len({run_key(r) for r in names.values()}) == len(names)
+
+
+def test_the_committed_table6_rate_sweep_chose_each_side_s_lowest_loss_and_trained_every_seed_at_it():
+    """data/results/ablations-table6-rates.json: each side's rate is the one whose seed-0 run has the lowest held-out
+    MLM loss; the cells hold every seed at that rate; every run is today's (its key); and the runs it shares with
+    the full grid (the grid's rate) scored what the grid's file records."""
+    results = json.loads((RESULTS_DIR / TABLE6_FILE).read_text())
+    full = json.loads((RESULTS_DIR / "ablations-full.json").read_text())
+    assert results["command"] == "albert-edu ablations --recipe table6-rates" and results["rates"] == list(TABLE6_RATES)
+    possible = grid_runs("table6-rates")
+    for name, summary in results["runs"].items():
+        assert summary["key"] == run_key(possible[name])
+    for side, by_rate in results["sweep"].items():
+        losses = {float(lr): results["runs"][name]["scores"]["mlm_loss"] for lr, name in by_rate.items()}
+        assert results["chosen"][side] == min(losses, key=losses.get)
+        assert results["cells"]["table6"][side] == [table6_run(side, results["chosen"][side], s).name for s in (0, 1, 2)]
+    for name, summary in results["runs"].items():
+        if name in full["runs"]:  # trained again: the same run gives the same scores
+            assert summary["scores"] == pytest.approx(full["runs"][name]["scores"], rel=1e-6, abs=2e-5)

@@ -17,13 +17,14 @@ from scipy.stats import spearmanr
 
 from albert_edu.config import AlbertConfig
 from albert_edu.corpus import DATA_DIR, Document
-from albert_edu.downstream import (CHECKPOINT_VARIABLE, FINETUNE_RECIPES, FinetuneConfig, choice_logits,
+from albert_edu.downstream import (CHECKPOINT_VARIABLE, FinetuneConfig, choice_logits,
                                    classifier_from, continuation_items, cooccurrence_vectors, encode_sentences,
                                    fill_mask, fit, fold_indices, load_checkpoint_and_tokenizer, nearest_words,
                                    overlap_scores, predict_classes, ranks, read_polarity, read_similarity,
                                    real_checkpoint, self_similarity, sentence_logits, spearman,
                                    stratified_folds, word_vectors)
 from albert_edu.finetune_grid import run_units
+from albert_edu.finetune_recipes import FINETUNE_RECIPES
 from albert_edu.model import AlbertForPreTraining, AlbertForSequenceClassification
 from albert_edu.pretraining_data import FUNCTION_PIECES
 
@@ -322,7 +323,8 @@ def test_the_book_grid_s_first_cell_reproduces_its_committed_predictions():
     recipe, seed 0, fold 0 held out) is fine-tuned again here, on one thread as the grid's workers run, and must
     give the stored probabilities to within rounding (processors differ: 5e-10 to 2e-8 seen), and the 50/50 loss
     the chapter reports (it never learns more than that)."""
-    from albert_edu.downstream import predict_classes, sentiment_fold
+    from albert_edu.downstream import predict_classes
+    from albert_edu.finetune_recipes import sentiment_fold
     from albert_edu.experiments import table5_runs, train_all
 
     grid = json.loads((DATA_DIR / "results" / "finetune-book.json").read_text())

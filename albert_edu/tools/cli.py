@@ -294,7 +294,7 @@ def experiment(args) -> None:
 # ---- chapter 10: fine-tuning -------------------------------------------------------------------------------
 
 def configure_finetune(p: argparse.ArgumentParser) -> None:
-    from albert_edu.downstream import FINETUNE_RECIPES
+    from albert_edu.finetune_recipes import FINETUNE_RECIPES
     from albert_edu.experiments import RESULTS_DIR
 
     p.description = ("Fine-tune on sentiment and a continuation task (chapter 10). With --start or --from-scratch, "
@@ -324,7 +324,7 @@ def configure_finetune(p: argparse.ArgumentParser) -> None:
 
 def finetune(args) -> None:
     from albert_edu.corpus import write_atomically
-    from albert_edu.downstream import finetune_sentiment
+    from albert_edu.finetune_recipes import finetune_sentiment
     from albert_edu.finetune_grid import finetune_results
     from albert_edu.experiments import RESULTS_DIR, experiment_model
 
@@ -357,21 +357,26 @@ def configure_ablations(p: argparse.ArgumentParser) -> None:
     from albert_edu.ablations import ABLATION_RECIPES
     from albert_edu.experiments import RESULTS_DIR
 
-    p.add_argument("--recipe", default="book", choices=sorted(ABLATION_RECIPES),
-                   help="book (default; one seed, three embedding sizes, 120 steps: about 3 minutes on 2 cores) or "
+    p.add_argument("--recipe", default="book", choices=sorted(ABLATION_RECIPES) + ["table6-rates"],
+                   help="book (default; one seed, three embedding sizes, 120 steps: about 3 minutes on 2 cores), "
                         "full (36 runs, 3 seeds of every cell of Tables 3, 4 and 6 and section 4.8, 1,400 steps each: "
-                        "about 2 hours on 2 cores; a killed command resumes where it stopped)")
+                        "about 2 hours on 2 cores) or table6-rates (Table 6's two sides, each with its LAMB rate swept "
+                        "at seed 0 and the chosen rate's three seeds: about 40 minutes on 2 cores); a killed command "
+                        "resumes where it stopped")
     _grid_options(p, f"{RESULTS_DIR}/ablations-RECIPE.json")
     _data_dir_option(p)
 
 
 def ablations(args) -> None:
-    from albert_edu.ablations import ablation_results
+    from albert_edu.ablations import ablation_results, table6_rate_results
     from albert_edu.corpus import write_atomically
     from albert_edu.experiments import RESULTS_DIR
 
     out = args.out or RESULTS_DIR / f"ablations-{args.recipe}.json"
-    results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
+    if args.recipe == "table6-rates":
+        results = table6_rate_results(_check_grid(args), args.data_dir, args.workers)
+    else:
+        results = ablation_results(args.recipe, _check_grid(args), args.data_dir, args.workers)
     write_atomically(out, (json.dumps(results, indent=1) + "\n").encode())
     print(f"wrote {out}: {results['training_minutes']} minutes of training summed over runs, "
           f"{results['minutes']} minutes for this call")

@@ -31,7 +31,7 @@ from pathlib import Path
 from albert_edu.tools.manifest import ROOT
 
 # the committed results whose runs the tests hold to today's fingerprints
-GRIDS = ("ablations-book", "ablations-full", "finetune-book", "finetune-full")
+GRIDS = ("ablations-book", "ablations-full", "ablations-table6-rates", "finetune-book", "finetune-full")
 # what a run trained again may differ in when its weights do not: its fingerprint, and how long it took
 REKEY_IGNORED = ("key", "seconds", "tokens_per_s", "resumed_at")
 # the same arithmetic on another processor or library build rounds differently in the last bits
@@ -138,8 +138,8 @@ def train_at(base: str, names: list[str], runs_dir: Path, data_dir: Path, worker
 def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data_dir: Path,
             grids: tuple[str, ...] = GRIDS) -> dict[Path, dict]:
     """The carried-over contents of the files `grids` (of GRIDS), by path (nothing is written here)."""
-    from albert_edu.ablations import ablation_runs, depth_scores, unique_runs
-    from albert_edu.downstream import FINETUNE_RECIPES
+    from albert_edu.ablations import depth_scores, grid_runs
+    from albert_edu.finetune_recipes import FINETUNE_RECIPES
     from albert_edu.experiments import run_dir, run_key, run_summary, scoring_key, table5_runs, train_all
 
     unknown = [g for g in grids if g not in GRIDS]
@@ -150,12 +150,13 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
     code, scoring = sources_at(base), scoring_key()
     files, runs_of = {}, {}  # the contents of each file; each ablation grid's runs by name
     for grid_name in grids:
-        kind, recipe = grid_name.split("-")
+        kind, recipe = grid_name.split("-", 1)
         path = Path(results_dir) / f"{grid_name}.json"
         results = files[path] = json.loads(path.read_text())
         if kind == "ablations":
-            grid = runs_of[path] = {r.name: r for r in unique_runs(ablation_runs(recipe))}
-            if set(results["runs"]) != set(grid):
+            possible = grid_runs(recipe)  # the rate sweep's file holds the runs its sweep chose
+            grid = runs_of[path] = {name: possible[name] for name in results["runs"] if name in possible}
+            if set(results["runs"]) != set(grid) or (recipe != "table6-rates" and set(grid) != set(possible)):
                 raise RekeyError(f"{path}: its runs are not today's {recipe!r} grid; train the grid again")
             for name, summary in results["runs"].items():
                 if summary["key"] != run_key(grid[name], data_dir, code=code) or summary["scoring"] != scoring:
@@ -187,7 +188,7 @@ def rekeyed(base: str, names: list[str], results_dir: Path, runs_dir: Path, data
                              f"the change altered training; train the grids again")
         results = files[chosen[name]]
         differ = _differences(run_summary(path), results["runs"][name])
-        if name in results["depths"]:  # the all-shared runs of Table 4, unrolled to other depths
+        if name in results.get("depths", {}):  # the all-shared runs of Table 4, unrolled to other depths
             committed = results["depths"][name]
             depths = tuple(int(d) for d in committed if d.isdigit())
             if not _close(json.loads(json.dumps(depth_scores(path, depths, data_dir))), committed):
