@@ -116,6 +116,8 @@ def pct(replicates: np.ndarray) -> str:
 
 
 def verdicts(title: str, rows: list) -> None:
-    """Table 5's claims, the paper's numbers and ours, and whether each claim holds here."""
+    """Table 5's claims, the paper's numbers and ours, and whether each claim holds here (True or False), or a
+    string saying why it cannot be read."""
     print(title)
-    print_table(["claim", "the paper (plain accuracy)", "ours (balanced)", "holds here"], [[c, p, o, "yes" if h else "no"] for c, p, o, h in rows])
+    print_table(["claim", "the paper (plain accuracy)", "ours (balanced)", "holds here"],
+                [[c, p, o, h if isinstance(h, str) else "yes" if h else "no"] for c, p, o, h in rows])  # or why not read
