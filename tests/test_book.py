@@ -207,7 +207,10 @@ def test_html_pages_fold_solutions_away(tmp_path):
              {"cell_type": "markdown", "id": "w", "metadata": {"nbgrader": {**solution["nbgrader"], "grade": True}},
               "source": ["Because the sum ", "is finite."]},
              {"cell_type": "code", "id": "t", "metadata": {"nbgrader": {"solution": False, "grade": True}},
-              "source": "assert x == 1", "execution_count": 2, "outputs": []}]
+              "source": "assert x == 1", "execution_count": 2, "outputs": []},
+             {"cell_type": "code", "id": "h", "metadata": {"nbgrader": {"solution": False, "grade": True}},
+              "source": "assert x\n### BEGIN HIDDEN TESTS\nassert x == 1\n### END HIDDEN TESTS", "execution_count": 3,
+              "outputs": []}]
     path = tmp_path / chapter.file
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     htmltool.decorate_for_html(path, chapter)
@@ -216,6 +219,60 @@ def test_html_pages_fold_solutions_away(tmp_path):
     written = out["w"]["source"]
     assert written.startswith("<details>") and "Because the sum is finite." in written and written.endswith("</details>")
     assert "tags" not in out["t"]["metadata"] and out["t"]["source"] == "assert x == 1"  # tests stay in view
+    assert out["h"]["metadata"]["tags"] == ["hide-input"]  # unless they hold hidden tests, which tell the answer
+
+
+def test_html_pages_fold_check_and_library_cells_away(tmp_path):
+    chapter = load_book().chapters[1]
+    check = {"tags": ["check"], "jupyter": {"source_hidden": True}}
+    cells = [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# 1. Title"},
+             {"cell_type": "code", "id": "k", "metadata": check, "source": "assert 1 + 1 == 2", "execution_count": 1,
+              "outputs": []},
+             {"cell_type": "code", "id": "l", "metadata": {"tags": ["library"], "jupyter": {"source_hidden": True}},
+              "source": "#| export\ndef plumbing():\n    pass", "execution_count": 2, "outputs": []},
+             {"cell_type": "code", "id": "v", "metadata": {}, "source": "print(2)", "execution_count": 3, "outputs": []}]
+    path = tmp_path / chapter.file
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    htmltool.decorate_for_html(path, chapter)
+    out = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+    assert out["k"]["metadata"]["tags"] == ["check", "hide-input"] and out["k"]["source"] == "assert 1 + 1 == 2"
+    assert out["l"]["metadata"]["tags"] == ["library", "hide-input"]
+    assert "tags" not in out["v"]["metadata"]
+
+
+def _top_level_names(source, context):
+    """The names a cell binds (context ast.Store) or reads (ast.Load), leaving out comprehensions' own variables."""
+    def walk(node):
+        yield node
+        if context is ast.Load or not isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                                                        ast.Lambda)):
+            for child in ast.iter_child_nodes(node):
+                yield from walk(child)
+    tree = ast.parse("\n".join(line for line in source.split("\n") if not line.startswith("%")))
+    return {n.id for n in walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
+
+
+@pytest.mark.parametrize("chapter", BOOK.chapters, ids=lambda c: c.file)
+def test_only_check_and_library_cells_are_folded_and_they_hide_nothing_the_lesson_needs(chapter):
+    """A cell tagged `check` asserts the claims around it; a cell tagged `library` is exported plumbing. Both are
+    folded (JupyterLab's source_hidden; the HTML book's hide-input), and nothing else is. Folding must hide nothing
+    a reader needs: a check cell prints nothing, asserts something, and no later cell outside the checks reads a
+    name it binds; a library cell is an export cell."""
+    cells = [c for c in _load(chapter)["cells"] if c["cell_type"] == "code"]
+    for k, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        tags = set(cell["metadata"].get("tags", [])) & set(htmltool.FOLDED)
+        assert len(tags) <= 1 and bool(tags) == bool(cell["metadata"].get("jupyter", {}).get("source_hidden")), \
+            source[:200]
+        if tags == {"library"}:
+            assert "export" in split_directives(source)[0], f"a library cell that exports nothing: {source[:200]}"
+        if tags != {"check"}:
+            continue
+        assert cell["outputs"] == [] and "assert " in source, source[:200]
+        bound = _top_level_names(source, ast.Store)
+        later = [c for c in cells[k + 1:] if "check" not in c["metadata"].get("tags", [])]
+        read = set().union(*(_top_level_names("".join(c["source"]), ast.Load) for c in later))
+        assert not bound & read, f"a check cell binds {sorted(bound & read)}, which later cells read: {source[:200]}"
 
 
 def test_the_runner_executes_chapters_two_at_a_time_and_reports_a_failing_one_after_the_others(tmp_path, monkeypatch,

@@ -1,5 +1,6 @@
 """The HTML book: Sphinx + MyST-NB + sphinx-book-theme, configured from book.toml. Each chapter page gets a
-box saying how to run it, a note under every interactive explorer, and its exercises' solutions folded away."""
+box saying how to run it, a note under every interactive explorer, and its exercises' solutions and check cells
+folded away."""
 
 import json
 import shutil
@@ -53,9 +54,12 @@ def _markdown_cell(text: str, cell_id: str) -> dict:
 
 
 def _fold_solution(cell: dict) -> dict:
-    """A reference solution (an nbgrader solution cell), folded away until the reader opens it: a code cell gets
-    MyST-NB's hide-input tag (its output stays visible), a written answer a <details> element."""
-    if not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+    """A reference solution (an nbgrader solution cell), or a test cell that holds hidden tests (they check the
+    answer, so they tell it), folded away until the reader opens it: a code cell gets MyST-NB's hide-input tag (its
+    output stays visible), a written answer a <details> element."""
+    grading = cell.get("metadata", {}).get("nbgrader", {})
+    hidden_tests = grading.get("grade") and "### BEGIN HIDDEN TESTS" in "".join(cell.get("source", ""))
+    if not grading.get("solution") and not hidden_tests:  # a test cell with hidden tests would give the answer away
         return cell
     cell = json.loads(json.dumps(cell))
     if cell["cell_type"] == "code":
@@ -68,10 +72,26 @@ def _fold_solution(cell: dict) -> dict:
     return cell
 
 
+FOLDED = ("check", "library")  # tags of cells folded in JupyterLab (jupyter.source_hidden) and on the page
+
+
+def _fold_check(cell: dict) -> dict:
+    """A check cell (tag `check`: asserts that the claims around it still hold) or a library cell (tag
+    `library`: exported plumbing that the prose names but the lesson does not need), folded in JupyterLab by
+    `jupyter.source_hidden`, is folded on the page too: MyST-NB's hide-input tag, one click away."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    if cell["cell_type"] != "code" or not any(tag in FOLDED for tag in tags):
+        return cell
+    cell = json.loads(json.dumps(cell))
+    cell["metadata"]["tags"].append("hide-input")
+    return cell
+
+
 def decorate_for_html(path: Path, chapter: Chapter) -> None:
     """Add what a reader of the HTML page needs and a notebook reader does not: below the title, how to run the
     chapter and a link to download its notebook; after every interactive explorer (an ipywidgets output, which
-    a static page cannot run), a note to run it live; and every exercise's reference solution folded away."""
+    a static page cannot run), a note to run it live; every exercise's reference solution, every check cell and
+    every library cell folded away."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     number = chapter.file.split("_", 1)[0]
     hint = (f"```{{admonition}} Run this chapter\n:class: tip\n"
@@ -80,7 +100,7 @@ def decorate_for_html(path: Path, chapter: Chapter) -> None:
             f"{{download}}`{chapter.file} <{chapter.file}>`.\n```")
     cells = []
     for i, cell in enumerate(nb["cells"]):
-        cells.append(_fold_solution(cell))
+        cells.append(_fold_check(_fold_solution(cell)))
         if i == 0:
             cells.append(_markdown_cell(hint, "run-this-chapter"))
         if any(WIDGET in output.get("data", {}) for output in cell.get("outputs", [])):
