@@ -215,7 +215,7 @@ def test_html_pages_fold_solutions_away(tmp_path):
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     htmltool.decorate_for_html(path, chapter)
     out = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
-    assert out["s"]["metadata"]["tags"] == ["hide-input"] and out["s"]["source"] == "x = 1"
+    assert out["s"]["metadata"]["tags"] == ["hide-cell"] and out["s"]["source"] == "x = 1"
     written = out["w"]["source"]
     assert written.startswith("<details>") and "Because the sum is finite." in written and written.endswith("</details>")
     assert "tags" not in out["t"]["metadata"] and out["t"]["source"] == "assert x == 1"  # tests stay in view
@@ -253,11 +253,12 @@ def _top_level_names(source, context):
 
 
 @pytest.mark.parametrize("chapter", BOOK.chapters, ids=lambda c: c.file)
-def test_only_check_and_library_cells_are_folded_and_they_hide_nothing_the_lesson_needs(chapter):
-    """A cell tagged `check` asserts the claims around it; a cell tagged `library` is exported plumbing. Both are
-    folded (JupyterLab's source_hidden; the HTML book's hide-input), and nothing else is. Folding must hide nothing
-    a reader needs: a check cell prints nothing, asserts something, and no later cell outside the checks reads a
-    name it binds; a library cell is an export cell."""
+def test_only_check_library_and_plumbing_cells_are_folded_and_they_hide_nothing_the_lesson_needs(chapter):
+    """A cell tagged `check` asserts the claims around it; a cell tagged `library` is exported plumbing; a cell
+    tagged `plumbing` is the chapter's own loading and bookkeeping. All are folded (JupyterLab's source_hidden; the
+    HTML book's hide-input), and nothing else is. Folding must hide nothing a reader needs: a check cell prints
+    nothing, asserts something, and no later cell outside the checks reads a name it binds; a library cell is an
+    export cell, and a plumbing cell is not (an exported cell is library)."""
     cells = [c for c in _load(chapter)["cells"] if c["cell_type"] == "code"]
     for k, cell in enumerate(cells):
         source = "".join(cell["source"])
@@ -266,6 +267,8 @@ def test_only_check_and_library_cells_are_folded_and_they_hide_nothing_the_lesso
             source[:200]
         if tags == {"library"}:
             assert "export" in split_directives(source)[0], f"a library cell that exports nothing: {source[:200]}"
+        if tags == {"plumbing"}:
+            assert "export" not in split_directives(source)[0], f"an export cell is a library cell: {source[:200]}"
         if tags != {"check"}:
             continue
         assert cell["outputs"] == [] and "assert " in source, source[:200]

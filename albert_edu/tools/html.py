@@ -55,30 +55,33 @@ def _markdown_cell(text: str, cell_id: str) -> dict:
 
 def _fold_solution(cell: dict) -> dict:
     """A reference solution (an nbgrader solution cell), or a test cell that holds hidden tests (they check the
-    answer, so they tell it), folded away until the reader opens it: a code cell gets MyST-NB's hide-input tag (its
-    output stays visible), a written answer a <details> element."""
+    answer, so they tell it), folded away until the reader opens it: a solution's code cell gets MyST-NB's
+    hide-cell tag (what it prints is part of the answer), a test cell hide-input, a written answer a <details>
+    element."""
     grading = cell.get("metadata", {}).get("nbgrader", {})
     hidden_tests = grading.get("grade") and "### BEGIN HIDDEN TESTS" in "".join(cell.get("source", ""))
     if not grading.get("solution") and not hidden_tests:  # a test cell with hidden tests would give the answer away
         return cell
     cell = json.loads(json.dumps(cell))
-    if cell["cell_type"] == "code":
+    if cell["cell_type"] == "code":  # a solution's printed results are the answer too: the whole cell folds
         tags = cell["metadata"].setdefault("tags", [])
-        if "hide-input" not in tags:
-            tags.append("hide-input")
+        fold = "hide-cell" if grading.get("solution") else "hide-input"
+        if fold not in tags:
+            tags.append(fold)
     else:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         cell["source"] = f"<details>\n<summary>A model answer (try the exercise first)</summary>\n\n{source}\n\n</details>"
     return cell
 
 
-FOLDED = ("check", "library")  # tags of cells folded in JupyterLab (jupyter.source_hidden) and on the page
+FOLDED = ("check", "library", "plumbing")  # tags of cells folded in JupyterLab (jupyter.source_hidden) and on the page
 
 
 def _fold_check(cell: dict) -> dict:
-    """A check cell (tag `check`: asserts that the claims around it still hold) or a library cell (tag
-    `library`: exported plumbing that the prose names but the lesson does not need), folded in JupyterLab by
-    `jupyter.source_hidden`, is folded on the page too: MyST-NB's hide-input tag, one click away."""
+    """A check cell (tag `check`: asserts that the claims around it still hold), a library cell (tag `library`:
+    exported plumbing that the prose names but the lesson does not need) or a plumbing cell (tag `plumbing`: the
+    chapter's own loading and bookkeeping, whose results the prose reads), folded in JupyterLab by
+    `jupyter.source_hidden`, is folded on the page too: MyST-NB's hide-input tag (what it prints stays in view)."""
     tags = cell.get("metadata", {}).get("tags", [])
     if cell["cell_type"] != "code" or not any(tag in FOLDED for tag in tags):
         return cell
