@@ -258,7 +258,8 @@ def draw_layer_curves(curves: dict[str, list[float]], path: dict[str, list[float
 # ---- chapter 10: fill-mask ---------------------------------------------------------------------------------
 
 def fill_mask_models(recipe: str = "book") -> dict[str, object]:
-    """The models the fill-mask explorer offers: chapter 8's trained runs of `recipe` found in the run cache or the
+    """The models the fill-mask explorer offers: the book's pre-trained ALBERT (chapter 7, as a pair of its
+    checkpoint and its tokenizer's folder), chapter 8's trained runs of `recipe` found in the run cache or the
     committed checkpoints, the checkpoint that ALBERT_CHECKPOINT names (when set), and a randomly initialized model
     of the book's geometry."""
     import os
@@ -269,7 +270,12 @@ def fill_mask_models(recipe: str = "book") -> dict[str, object]:
     from albert_edu.experiments import finished_run, recipe_model, table5_runs
     from albert_edu.model import AlbertForPreTraining
 
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tools import book_model
+
     models = {}
+    if (book_model.BOOK_DIR / "model.safetensors").is_file():  # with the tokenizer it was trained with
+        models["the book's ALBERT (chapter 7)"] = (book_model.BOOK_DIR, LARGE_DIR / "tokenizer")
     for run in table5_runs(recipe):
         path = finished_run(run)
         if path is not None:
@@ -303,13 +309,17 @@ def fill_mask_explorer(recipe: str = "book", text: str = "paris is the [MASK] of
 
     from albert_edu.downstream import fill_mask, load_checkpoint_and_tokenizer
     from albert_edu.tokenizer import Tokenizer
+    from albert_edu.tools import book_model
 
     models, loaded = fill_mask_models(recipe), {}
 
     def model_and_tokenizer(name):
         if name not in loaded:
             model = models[name]
-            loaded[name] = load_checkpoint_and_tokenizer(model) if isinstance(model, Path) else (model, Tokenizer.load())
+            if isinstance(model, tuple):  # a checkpoint and the folder of the tokenizer it was trained with
+                loaded[name] = (book_model.load(model[0]), Tokenizer.load(model[1]))
+            else:
+                loaded[name] = load_checkpoint_and_tokenizer(model) if isinstance(model, Path) else (model, Tokenizer.load())
         return loaded[name]
 
     controls = dict(text=widgets.Text(value=text, description="text", continuous_update=False,

@@ -153,7 +153,7 @@ def test_fill_mask_explorer_follows_the_text_and_the_model(browser, explorers):
     expect(page.locator("code")).to_have_count(8, timeout=30_000)  # k = 4
     select = page.locator(".widget-dropdown", has_text="model").locator("select")
     options = select.locator("option").all_inner_texts()
-    assert len(options) == 4  # the book's three trained runs (committed checkpoints) and a random model
+    assert len(options) == 5  # the book's ALBERT, the three 200-step runs (committed checkpoints) and a random model
     before = result.inner_text()
     select.select_option(options[-1] if select.input_value() != options[-1] else options[0])
     expect(result).not_to_have_text(before, timeout=30_000)
