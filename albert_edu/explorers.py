@@ -270,12 +270,13 @@ def fill_mask_models(recipe: str = "book") -> dict[str, object]:
     from albert_edu.experiments import finished_run, recipe_model, table5_runs
     from albert_edu.model import AlbertForPreTraining
 
+    from albert_edu.experiments import CHECKPOINTS_DIR
     from albert_edu.sources import LARGE_DIR
-    from albert_edu.tools import book_model
 
     models = {}
-    if (book_model.BOOK_DIR / "model.safetensors").is_file():  # with the tokenizer it was trained with
-        models["the book's ALBERT (chapter 7)"] = (book_model.BOOK_DIR, LARGE_DIR / "tokenizer")
+    book = CHECKPOINTS_DIR / "albert-book"  # chapter 7's pre-trained ALBERT, committed with the book
+    if (book / "model.safetensors").is_file():  # with the tokenizer it was trained with
+        models["the book's ALBERT (chapter 7)"] = (book, LARGE_DIR / "tokenizer")
     for run in table5_runs(recipe):
         path = finished_run(run)
         if path is not None:
@@ -308,8 +309,8 @@ def fill_mask_explorer(recipe: str = "book", text: str = "paris is the [MASK] of
     import ipywidgets as widgets
 
     from albert_edu.downstream import fill_mask, load_checkpoint_and_tokenizer
+    from albert_edu.model import AlbertForPreTraining
     from albert_edu.tokenizer import Tokenizer
-    from albert_edu.tools import book_model
 
     models, loaded = fill_mask_models(recipe), {}
 
@@ -317,7 +318,7 @@ def fill_mask_explorer(recipe: str = "book", text: str = "paris is the [MASK] of
         if name not in loaded:
             model = models[name]
             if isinstance(model, tuple):  # a checkpoint and the folder of the tokenizer it was trained with
-                loaded[name] = (book_model.load(model[0]), Tokenizer.load(model[1]))
+                loaded[name] = (AlbertForPreTraining.from_pretrained(model[0]).eval(), Tokenizer.load(model[1]))
             else:
                 loaded[name] = load_checkpoint_and_tokenizer(model) if isinstance(model, Path) else (model, Tokenizer.load())
         return loaded[name]
