@@ -267,10 +267,8 @@ def fill_mask_models(recipe: str = "book") -> dict[str, object]:
     import torch
 
     from albert_edu.downstream import CHECKPOINT_VARIABLE
-    from albert_edu.experiments import finished_run, recipe_model, table5_runs
+    from albert_edu.experiments import CHECKPOINTS_DIR, finished_run, recipe_model, table5_runs
     from albert_edu.model import AlbertForPreTraining
-
-    from albert_edu.experiments import CHECKPOINTS_DIR
     from albert_edu.sources import LARGE_DIR
 
     models = {}

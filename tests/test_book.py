@@ -241,7 +241,8 @@ def test_html_pages_fold_check_and_library_cells_away(tmp_path):
 
 
 def _top_level_names(source, context):
-    """The names a cell binds (context ast.Store) or reads (ast.Load), leaving out comprehensions' own variables."""
+    """The names a cell binds (context ast.Store) or reads (ast.Load) anywhere in it, leaving out the variables a
+    comprehension or lambda binds for itself."""
     def walk(node):
         yield node
         if context is ast.Load or not isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,

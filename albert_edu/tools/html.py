@@ -1,6 +1,6 @@
 """The HTML book: Sphinx + MyST-NB + sphinx-book-theme, configured from book.toml. Each chapter page gets a
-box saying how to run it, a note under every interactive explorer, and its exercises' solutions and check cells
-folded away."""
+box saying how to run it, a note under every interactive explorer, and its exercises' solutions and its check,
+library and plumbing cells folded away."""
 
 import json
 import shutil
@@ -77,7 +77,7 @@ def _fold_solution(cell: dict) -> dict:
 FOLDED = ("check", "library", "plumbing")  # tags of cells folded in JupyterLab (jupyter.source_hidden) and on the page
 
 
-def _fold_check(cell: dict) -> dict:
+def _fold_tagged(cell: dict) -> dict:
     """A check cell (tag `check`: asserts that the claims around it still hold), a library cell (tag `library`:
     exported plumbing that the prose names but the lesson does not need) or a plumbing cell (tag `plumbing`: the
     chapter's own loading and bookkeeping, whose results the prose reads), folded in JupyterLab by
@@ -93,8 +93,8 @@ def _fold_check(cell: dict) -> dict:
 def decorate_for_html(path: Path, chapter: Chapter) -> None:
     """Add what a reader of the HTML page needs and a notebook reader does not: below the title, how to run the
     chapter and a link to download its notebook; after every interactive explorer (an ipywidgets output, which
-    a static page cannot run), a note to run it live; every exercise's reference solution, every check cell and
-    every library cell folded away."""
+    a static page cannot run), a note to run it live; every exercise's reference solution and every cell tagged
+    in FOLDED folded away."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     number = chapter.file.split("_", 1)[0]
     hint = (f"```{{admonition}} Run this chapter\n:class: tip\n"
@@ -103,7 +103,7 @@ def decorate_for_html(path: Path, chapter: Chapter) -> None:
             f"{{download}}`{chapter.file} <{chapter.file}>`.\n```")
     cells = []
     for i, cell in enumerate(nb["cells"]):
-        cells.append(_fold_check(_fold_solution(cell)))
+        cells.append(_fold_tagged(_fold_solution(cell)))
         if i == 0:
             cells.append(_markdown_cell(hint, "run-this-chapter"))
         if any(WIDGET in output.get("data", {}) for output in cell.get("outputs", [])):
