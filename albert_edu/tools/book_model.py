@@ -30,34 +30,89 @@ PROBES = ROOT / "data" / "probes-large.json"
 COMMAND = "albert-edu pretrain-book"
 
 
-def model_config():
+def model_config(recipe: dict | None = None):
     from albert_edu.sources import LARGE_VOCAB_SIZE
     from albert_edu.tools.large_sweep import model_config
 
-    return model_config(RECIPE["geometry"], LARGE_VOCAB_SIZE)
+    return model_config((recipe or RECIPE)["geometry"], LARGE_VOCAB_SIZE)
 
 
-def training_config(save_every: int = SAVE_EVERY):
-    """The recipe's TrainingConfig: large_sweep's for the same run (warm-up over the first 1/15 of the steps, six
-    evaluations), with a checkpoint every `save_every` steps, which changes nothing else."""
+def training_config(save_every: int = SAVE_EVERY, recipe: dict | None = None):
+    """The recipe's TrainingConfig (or that of another `recipe` of the same keys, a candidate): large_sweep's for
+    the same run (warm-up over the first 1/15 of the steps, `evaluations` evaluations), with a checkpoint every
+    `save_every` steps, which changes nothing else."""
     from dataclasses import replace
 
     from albert_edu.tools.large_sweep import training_config
 
-    r = RECIPE
+    r = recipe or RECIPE
     return replace(training_config(r["lr"], r["steps"], r["evaluations"], r["batch_size"], r["optimizer"]),
                    save_every=save_every)
 
 
-def train(out: Path, device: str = "cpu", stop_after: int | None = None, progress: bool = True) -> dict:
-    """Train the recipe into `out`, or resume the run there; fp32 on every device, so that a run made on a GPU
-    and one made on the CPU follow the same log to within rounding."""
+def _make_epoch(seed: int, objective: str, max_seq_len: int, pairs: str):
+    """One pass's examples, as ExampleStream makes them (in a worker process: the documents are read there)."""
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import create_examples
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    return create_examples(load_documents("train", LARGE_DIR), Tokenizer.load(LARGE_DIR / "tokenizer"), objective,
+                           max_seq_len, seed, pairs)
+
+
+class prefetched_passes:
+    """While in this context, each pass over the training documents that a run of `config` will take is made ahead
+    by `workers` processes, so that the training loop never waits for example creation (on a GPU it took about as
+    long as the pass's training). The examples are the very ones the loop would make: the same function, with the
+    same arguments, called in another process; only the wall time changes."""
+
+    def __init__(self, config, workers: int):
+        self.config, self.workers = config, workers
+
+    def __enter__(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        import albert_edu.resume as resume
+
+        c = self.config
+        per_pass = -(-c.steps * c.batch_size // 90_000)  # at most this many passes: each makes over 90,000 examples
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        seeds = [c.seed * 1_000_003 + epoch for epoch in range(per_pass + 1)]
+        futures = {seed: self.pool.submit(_make_epoch, seed, c.objective, c.max_seq_len, c.pairs) for seed in seeds}
+        self.original = resume.create_examples
+
+        def create_examples(documents, tokenizer, objective, max_seq_len, seed, pairs="reference"):
+            if (objective, max_seq_len, pairs) == (c.objective, c.max_seq_len, c.pairs) and seed in futures:
+                return futures.pop(seed).result()  # only the training stream calls through albert_edu.resume
+            return self.original(documents, tokenizer, objective, max_seq_len, seed, pairs)
+
+        resume.create_examples = create_examples
+        return self
+
+    def __exit__(self, *exc):
+        import albert_edu.resume as resume
+
+        resume.create_examples = self.original
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        return False
+
+
+def train(out: Path, device: str = "cpu", stop_after: int | None = None, progress: bool = True,
+          recipe: dict | None = None, prefetch: int = 0) -> dict:
+    """Train the recipe (or a candidate `recipe`) into `out`, or resume the run there; fp32 on every device, so
+    that a run made on a GPU and one made on the CPU follow the same log to within rounding. prefetch: processes
+    that make the coming passes' examples ahead (prefetched_passes; 0: the loop makes each when it needs it)."""
+    from contextlib import nullcontext
+
     from albert_edu.sources import LARGE_DIR
     from albert_edu.training import pretrain
 
-    out = Path(out)
-    return pretrain(model_config(), training_config(), out, resume=(out / "log.jsonl").exists(), data_dir=LARGE_DIR,
-                    stop_after=stop_after, progress=progress, device=device, precision="fp32")
+    out, config = Path(out), training_config(recipe=recipe)
+    with prefetched_passes(config, prefetch) if prefetch else nullcontext():
+        return pretrain(model_config(recipe), config, out, resume=(out / "log.jsonl").exists(), data_dir=LARGE_DIR,
+                        stop_after=stop_after, progress=progress, device=device, precision="fp32")
 
 
 def sha256(path: Path) -> str:
