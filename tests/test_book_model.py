@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from albert_edu.tools import book_model
-from albert_edu.tools.book_model import BOOK_DIR, RECIPE, RESULTS
+from albert_edu.tools.book_model import BOOK_DIR, FIRST_DIR, FIRST_RECIPE, FIRST_RESULTS, RECIPE, RESULTS
 
 
 def test_the_committed_checkpoint_is_the_recipe_run_and_fits_the_budget():
@@ -25,6 +25,42 @@ def test_the_committed_checkpoint_is_the_recipe_run_and_fits_the_budget():
     assert record["held_out_at_end"] == {"step": RECIPE["steps"], **[r for r in log if "eval" in r][-1]["eval"]}
     committed = sum(f.stat().st_size for f in (BOOK_DIR.parent).rglob("*") if f.is_file())
     assert committed <= 50 * 2**20  # all the committed checkpoints together: at most 50 MB
+
+
+def test_the_first_recipe_run_is_kept_for_the_chapters_that_read_it():
+    """The 1,800-step run (chapter 7, section 7.8's plateau; chapters 8-10 and 12 still read it) keeps its files,
+    its recipe and its scores."""
+    record = book_model.verify(FIRST_DIR)
+    assert record["recipe"] == FIRST_RECIPE and FIRST_RECIPE["steps"] < RECIPE["steps"]
+    assert json.loads(FIRST_RESULTS.read_text())["model_sha256"] == record["sha256"]["model.safetensors"]
+
+
+def test_the_checkpoint_meets_the_issue_targets():
+    """Held-out MLM accuracy at least 30% and a loss at least 1.5 nats under the unigram yardstick, per document,
+    recomputed from the checkpoint (data/results/albert-book.json, which the last test checks against it), with the
+    95% intervals' lower ends above the targets too; the first recipe's run met neither."""
+    result, first = json.loads(RESULTS.read_text()), json.loads(FIRST_RESULTS.read_text())
+    assert result["mlm_accuracy_interval"][0] >= 0.30 and result["margin_interval"][0] >= 1.5
+    assert first["mlm_accuracy"] < 0.30 and first["margin_under_unigram"] < 1.5
+
+
+def test_prefetched_passes_are_the_passes_the_loop_would_make():
+    """prefetched_passes hands the stream the examples a worker made with the same function and arguments: equal,
+    example by example, to the ones made here."""
+    import albert_edu.resume as resume
+    from albert_edu.corpus import load_documents
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    config = replace(book_model.training_config(), steps=1, batch_size=1)
+    documents, tokenizer = load_documents("train", LARGE_DIR), Tokenizer.load(LARGE_DIR / "tokenizer")
+    args = (documents, tokenizer, config.objective, config.max_seq_len, 0, config.pairs)
+    original = resume.create_examples
+    with book_model.prefetched_passes(config, 1):
+        assert resume.create_examples is not original  # patched while inside
+        ahead = resume.create_examples(*args)
+    assert resume.create_examples is original  # and restored after
+    assert len(ahead) > 90_000 and ahead == original(*args)
 
 
 def test_the_checkpoint_loads_here_and_in_transformers_alike(tokenizer):

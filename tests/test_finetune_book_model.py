@@ -8,7 +8,7 @@ import pytest
 
 from albert_edu.finetune_grid import continuation_data
 from albert_edu.tools import finetune_book_model as grid
-from albert_edu.tools.book_model import BOOK_DIR, verify
+from albert_edu.tools.book_model import FIRST_DIR, verify
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def record():
 
 
 def test_the_results_are_the_modules_grid_from_the_committed_checkpoint(record):
-    assert record["start_sha256"] == verify()["sha256"]["model.safetensors"]
+    assert record["start_sha256"] == verify(FIRST_DIR)["sha256"]["model.safetensors"]
     assert (record["settings"], record["distractors"], record["seeds"]) == (grid.SETTINGS, grid.DISTRACTORS,
                                                                              list(grid.SEEDS))
     assert record["train_items"] == grid.SETTINGS["train_items"]
@@ -31,7 +31,7 @@ def test_the_results_are_the_modules_grid_from_the_committed_checkpoint(record):
     assert len(record["cell_minutes"]) == len(grid.CONTENDERS) * len(grid.SEEDS)
     # the jobs start where they say: random weights of the checkpoint's shape, or the checkpoint
     starts = [job[1]["start"] for job in grid.jobs()]
-    assert starts == [None] * len(grid.SEEDS) + [str(BOOK_DIR)] * len(grid.SEEDS)
+    assert starts == [None] * len(grid.SEEDS) + [str(FIRST_DIR)] * len(grid.SEEDS)
 
 
 def test_the_held_out_items_are_what_the_module_makes(record):

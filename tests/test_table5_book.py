@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from albert_edu.tools import table5_book
-from albert_edu.tools.book_model import verify
+from albert_edu.tools.book_model import FIRST_DIR, verify
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def record():
 
 
 def test_the_results_are_the_nine_runs_from_the_committed_checkpoint(record):
-    assert record["start"]["sha256"] == verify()["sha256"]["model.safetensors"]
+    assert record["start"]["sha256"] == verify(FIRST_DIR)["sha256"]["model.safetensors"]
     settings = {"steps": table5_book.STEPS, "batch_size": table5_book.BATCH, "lr": table5_book.LR,
                 "optimizer": table5_book.OPTIMIZER, "warmup_steps": table5_book.WARMUP,
                 "max_seq_len": table5_book.MAX_SEQ_LEN, "train_pairs": table5_book.TRAIN_PAIRS,
@@ -63,12 +63,12 @@ def test_the_first_10_steps_retrain_to_the_logged_loss(tmp_path, record):
     from dataclasses import replace
 
     from albert_edu.sources import LARGE_DIR
-    from albert_edu.tools.book_model import BOOK_DIR
+    from albert_edu.tools.book_model import FIRST_DIR
     from albert_edu.training import pretrain
 
     run = next(r for r in table5_book.runs() if r.name == "sop-s0")
     pretrain(run.model, replace(run.training, save_every=0), tmp_path / "run", data_dir=LARGE_DIR, progress=False,
-             init_from=BOOK_DIR, stop_after=10, precision="fp32")
+             init_from=FIRST_DIR, stop_after=10, precision="fp32")
     ours = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     logged = {step: (mlm, pair) for step, mlm, pair in next(r for r in record["runs"] if r["name"] == "sop-s0")["loss"]}
     assert abs(ours[0]["mlm_loss"] - logged[10][0]) <= 1e-4 and abs(ours[0]["pair_loss"] - logged[10][1]) <= 1e-4

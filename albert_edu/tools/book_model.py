@@ -6,8 +6,11 @@ data/checkpoints/albert-book/ with the record of how it was made (chapter 7, sec
     albert-edu pretrain-book --commit DIR [--minutes M --device-name NAME]   # DIR's finished run into data/checkpoints/
     albert-edu pretrain-book --score   # the held-out targets and the probes, recomputed from the checkpoint
 
-The recipe is the same command on any device: about 2.7 hours on 2 CPU cores by its first
-40 steps' speed, 4 minutes on one H200.
+The recipe is the same command on any device: 7 minutes on one H200 (shared with two other runs, the passes'
+examples made ahead: --prefetch), about 9 hours on 2 CPU cores by the first recipe's speed (resumable: a checkpoint
+every 100 steps). The first recipe, 1,800 steps (data/checkpoints/albert-book-1800/, its scores in
+data/results/albert-book-1800.json), stopped on the plateau before the model uses word order (chapter 7, section
+7.8); chapters 8-10 and 12 still read it until they move onto this one.
 `score` writes data/results/albert-book.json: the held-out MLM accuracy and loss per document (every held-out
 document's examples, with a bootstrap interval over documents), the unigram yardstick on the same masked pieces,
 and the fill-mask probes of data/probes-large.json."""
@@ -20,12 +23,15 @@ from pathlib import Path
 
 from albert_edu.tools.manifest import ROOT
 
-RECIPE = {"geometry": "E128-H256-L6", "batch_size": 128, "optimizer": "adamw", "lr": 2e-3, "steps": 1800,
-          "evaluations": 6}
+RECIPE = {"geometry": "E128-H256-L6", "batch_size": 128, "optimizer": "adamw", "lr": 2e-3, "steps": 6000,
+          "evaluations": 12}
+FIRST_RECIPE = dict(RECIPE, steps=1800, evaluations=6)  # the first book model's (albert-book-1800)
 SAVE_EVERY = 100  # a checkpoint to resume from every 100 steps (about 11 minutes on 2 CPU cores)
 FILES = ("config.json", "log.jsonl", "model.safetensors")
 BOOK_DIR = ROOT / "data" / "checkpoints" / "albert-book"
 RESULTS = ROOT / "data" / "results" / "albert-book.json"
+FIRST_DIR = ROOT / "data" / "checkpoints" / "albert-book-1800"  # the first recipe's model, on the plateau
+FIRST_RESULTS = ROOT / "data" / "results" / "albert-book-1800.json"
 PROBES = ROOT / "data" / "probes-large.json"
 COMMAND = "albert-edu pretrain-book"
 

@@ -21,7 +21,7 @@ from albert_edu.tools.manifest import ROOT
 
 FILES = ("config.json", "log.jsonl", "model.safetensors", "result.json")
 COMMAND = "albert-edu checkpoints"
-OTHERS = ("albert-book",)  # entries that another command makes and checks: `albert-edu pretrain-book` (book_model.py)
+OTHERS = ("albert-book", "albert-book-1800")  # entries that another command makes and checks: `albert-edu pretrain-book` (book_model.py)
 
 
 def book_runs() -> list:

@@ -551,6 +551,9 @@ def configure_pretrain_book(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score", action="store_true",
                    help="instead of training: the held-out targets and the probes, recomputed from the committed "
                         "checkpoint, into data/results/albert-book.json")
+    p.add_argument("--prefetch", type=int, default=0, metavar="N",
+                   help="N processes make the coming passes' examples ahead (the same examples; on a GPU the loop "
+                        "otherwise waits for them about as long as it trains; default 0)")
 
 
 def pretrain_book(args) -> None:
@@ -567,7 +570,7 @@ def pretrain_book(args) -> None:
         print(json.dumps({k: v for k, v in result.items() if k not in ("probes", "per_document")}, indent=1))
     else:
         started = time.perf_counter()
-        result = book_model.train(args.out, _device(args.device))
+        result = book_model.train(args.out, _device(args.device), prefetch=args.prefetch)
         print(json.dumps(result))
         print(f"{(time.perf_counter() - started) / 60:.1f} minutes this sitting; to commit the finished run: "
               f"albert-edu pretrain-book --commit {args.out} --minutes M --device-name NAME")

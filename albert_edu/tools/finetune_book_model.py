@@ -49,9 +49,9 @@ def grid_key(start: str) -> str:
 
 def jobs() -> list[tuple]:
     """Every fine-tuning of the grid, contender by contender, seed by seed: finetune_grid's continuation cells."""
-    from albert_edu.tools.book_model import BOOK_DIR, model_config
+    from albert_edu.tools.book_model import FIRST_DIR, model_config
 
-    starts = {"from scratch": None, "book ALBERT": str(BOOK_DIR)}
+    starts = {"from scratch": None, "book ALBERT": str(FIRST_DIR)}
     return [("continuation", dict(start=starts[c], model_config=model_config(), seed=s, distractors=DISTRACTORS,
                                   settings=SETTINGS)) for c in CONTENDERS for s in SEEDS]
 

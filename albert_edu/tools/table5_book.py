@@ -1,5 +1,5 @@
 """Table 5 on the book's pre-trained ALBERT (chapter 8, section 8.7): the MLM-only model of chapter 7, section 7.8
-(data/checkpoints/albert-book) continued for STEPS steps with each objective (MLM only, MLM + NSP, MLM + SOP) and
+(the first recipe's, data/checkpoints/albert-book-1800) continued for STEPS steps with each objective (MLM only, MLM + NSP, MLM + SOP) and
 three seeds, on the large corpus cut into neutral pairs (chapter 6: lengths carry no label), at the rate the
 sweep chose for this geometry and batch (data/results/sweep-large-recipe.json). Every run is then asked the same
 held-out pairs, neutral and reference, and its answers are stored, so that every figure of the section can be
@@ -50,9 +50,9 @@ def runs() -> list:
 
 def start_sha256() -> str:
     """The committed checkpoint's weights' sha256, after verify has checked every file against provenance.json."""
-    from albert_edu.tools.book_model import BOOK_DIR, verify
+    from albert_edu.tools.book_model import FIRST_DIR, verify
 
-    return verify(BOOK_DIR)["sha256"]["model.safetensors"]
+    return verify(FIRST_DIR)["sha256"]["model.safetensors"]
 
 
 def folder(run, runs_dir: Path | None = None, start: str | None = None) -> Path:
@@ -83,9 +83,9 @@ def held_out() -> dict:
 def start_mlm(examples: dict) -> dict:
     """The book's ALBERT itself, before any continuation, on the neutral SOP pairs' masked pieces: its masked-piece
     counts, hits and summed cross-entropy per document (answers' mlm_by_document), the yardstick of the MLM column."""
-    from albert_edu.tools.book_model import BOOK_DIR
+    from albert_edu.tools.book_model import FIRST_DIR
 
-    return answers(BOOK_DIR, {"neutral": {"sop": examples["neutral"]["sop"]}})["mlm_by_document"]
+    return answers(FIRST_DIR, {"neutral": {"sop": examples["neutral"]["sop"]}})["mlm_by_document"]
 
 
 def answers(path: Path, examples: dict) -> dict:
@@ -114,7 +114,7 @@ def answers(path: Path, examples: dict) -> dict:
 def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
     """Train (or resume) one run from the book's ALBERT, score it, and rename its folder complete."""
     from albert_edu.sources import LARGE_DIR
-    from albert_edu.tools.book_model import BOOK_DIR
+    from albert_edu.tools.book_model import FIRST_DIR
     from albert_edu.training import pretrain
 
     final = folder(run, runs_dir)
@@ -125,7 +125,7 @@ def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
         shutil.rmtree(partial)  # nothing to resume from
     started = time.perf_counter()
     pretrain(run.model, run.training, partial, resume=partial.exists(), data_dir=LARGE_DIR, progress=False,
-             init_from=BOOK_DIR, device="cpu", precision="fp32")
+             init_from=FIRST_DIR, device="cpu", precision="fp32")
     seconds = round(time.perf_counter() - started, 1)
     result = {"name": run.name, "training": asdict(run.training), "seconds": seconds, **answers(partial, examples)}
     shutil.rmtree(partial / "checkpoints")
@@ -151,7 +151,7 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     record = {"command": COMMAND, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
-              "start": {"checkpoint": "data/checkpoints/albert-book", "sha256": start,
+              "start": {"checkpoint": "data/checkpoints/albert-book-1800", "sha256": start,
                         "mlm_by_document": start_mlm(examples)},
               "settings": {"steps": STEPS, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": WARMUP,
                            "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
