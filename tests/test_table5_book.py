@@ -72,3 +72,12 @@ def test_the_first_10_steps_retrain_to_the_logged_loss(tmp_path, record):
     ours = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     logged = {step: (mlm, pair) for step, mlm, pair in next(r for r in record["runs"] if r["name"] == "sop-s0")["loss"]}
     assert abs(ours[0]["mlm_loss"] - logged[10][0]) <= 1e-4 and abs(ours[0]["pair_loss"] - logged[10][1]) <= 1e-4
+
+
+def test_each_start_is_a_committed_checkpoint_with_its_own_results_file():
+    """--start chooses the checkpoint the runs continue: the first recipe's (chapter 8 reads its file) or the model
+    that left the plateau; each verifies against its provenance, and the two write different files."""
+    for name in table5_book.STARTS:
+        assert table5_book.start_sha256(table5_book.CHECKPOINTS / name) == verify(table5_book.CHECKPOINTS / name)["sha256"]["model.safetensors"]
+    assert table5_book.STARTS["albert-book-1800"] == table5_book.RESULTS
+    assert len(set(table5_book.STARTS.values())) == len(table5_book.STARTS)

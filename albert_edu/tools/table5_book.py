@@ -8,6 +8,7 @@ recomputed from data/results/table5-book.json without the weights (9 runs of 8 M
     python -m albert_edu.tools.table5_book                # trains what is missing (resumable), then collects
     python -m albert_edu.tools.table5_book --shard 0/2    # one of two processes sharing the runs (one thread each)
     python -m albert_edu.tools.table5_book --collect      # only writes the results file from finished runs
+    python -m albert_edu.tools.table5_book --start albert-book   # the same from the 6,000-step model -> table5-book-6000.json
 
 A run trains in a partial folder, saving every SAVE_EVERY steps, and resumes from there after a kill; its folder
 is renamed complete only after it is scored. The folder's name carries a fingerprint of the settings, the data,
@@ -32,6 +33,9 @@ SEEDS, OBJECTIVES, TRAIN_PAIRS = (0, 1, 2), ("none", "nsp", "sop"), "neutral"
 HELD_OUT = 2048  # held-out pairs per task and cutting, drawn from all held-out documents (seed 4321)
 MAX_SEQ_LEN = 128
 RESULTS = ROOT / "data" / "results" / "table5-book.json"
+CHECKPOINTS = ROOT / "data" / "checkpoints"
+STARTS = {"albert-book-1800": RESULTS,  # the first recipe's model, on the plateau (chapter 8, section 8.7 reads it)
+          "albert-book": ROOT / "data" / "results" / "table5-book-6000.json"}  # the model that left it
 COMMAND = "python -m albert_edu.tools.table5_book"
 
 
@@ -48,11 +52,12 @@ def runs() -> list:
             for objective in OBJECTIVES for seed in SEEDS]
 
 
-def start_sha256() -> str:
-    """The committed checkpoint's weights' sha256, after verify has checked every file against provenance.json."""
+def start_sha256(start: Path | None = None) -> str:
+    """The committed checkpoint's weights' sha256 (`start`: its folder; the first recipe's by default), after verify
+    has checked every file against provenance.json."""
     from albert_edu.tools.book_model import FIRST_DIR, verify
 
-    return verify(FIRST_DIR)["sha256"]["model.safetensors"]
+    return verify(start or FIRST_DIR)["sha256"]["model.safetensors"]
 
 
 def folder(run, runs_dir: Path | None = None, start: str | None = None) -> Path:
@@ -80,12 +85,12 @@ def held_out() -> dict:
             for pairs in ("neutral", "reference")}
 
 
-def start_mlm(examples: dict) -> dict:
+def start_mlm(examples: dict, start: Path | None = None) -> dict:
     """The book's ALBERT itself, before any continuation, on the neutral SOP pairs' masked pieces: its masked-piece
     counts, hits and summed cross-entropy per document (answers' mlm_by_document), the yardstick of the MLM column."""
     from albert_edu.tools.book_model import FIRST_DIR
 
-    return answers(FIRST_DIR, {"neutral": {"sop": examples["neutral"]["sop"]}})["mlm_by_document"]
+    return answers(start or FIRST_DIR, {"neutral": {"sop": examples["neutral"]["sop"]}})["mlm_by_document"]
 
 
 def answers(path: Path, examples: dict) -> dict:
@@ -111,13 +116,14 @@ def answers(path: Path, examples: dict) -> dict:
     return out
 
 
-def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
-    """Train (or resume) one run from the book's ALBERT, score it, and rename its folder complete."""
+def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | None = None) -> Path:
+    """Train (or resume) one run from the book's ALBERT (`start`: the first recipe's by default), score it, and
+    rename its folder complete."""
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tools.book_model import FIRST_DIR
     from albert_edu.training import pretrain
 
-    final = folder(run, runs_dir)
+    final = folder(run, runs_dir, start_sha256(start))
     if (final / "result.json").is_file():
         return final
     partial = final.with_name(f".{final.name}.partial")
@@ -125,7 +131,7 @@ def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
         shutil.rmtree(partial)  # nothing to resume from
     started = time.perf_counter()
     pretrain(run.model, run.training, partial, resume=partial.exists(), data_dir=LARGE_DIR, progress=False,
-             init_from=FIRST_DIR, device="cpu", precision="fp32")
+             init_from=start or FIRST_DIR, device="cpu", precision="fp32")
     seconds = round(time.perf_counter() - started, 1)
     result = {"name": run.name, "training": asdict(run.training), "seconds": seconds, **answers(partial, examples)}
     shutil.rmtree(partial / "checkpoints")
@@ -134,9 +140,13 @@ def train_one(run, examples: dict, runs_dir: Path | None = None) -> Path:
     return final
 
 
-def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None) -> dict:
+def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None,
+            start_dir: Path | None = None) -> dict:
     """The results file: how it was made, what each held-out pair is, and every run's answers and losses."""
-    start = start_sha256()
+    from albert_edu.tools.book_model import FIRST_DIR
+
+    start_dir = Path(start_dir or FIRST_DIR)
+    start = start_sha256(start_dir)
     paths = [folder(run, runs_dir, start) for run in runs()]
     missing = [p.name for p in paths if not (p / "result.json").is_file()]
     if missing:
@@ -149,10 +159,11 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
         result["loss"] = [[r["step"], r["mlm_loss"], r["pair_loss"]] for r in log if "loss" in r]  # every 10 steps
         records.append(result)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    record = {"command": COMMAND, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    command = COMMAND if start_dir.name == FIRST_DIR.name else f"{COMMAND} --start {start_dir.name}"
+    record = {"command": command, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
-              "start": {"checkpoint": "data/checkpoints/albert-book-1800", "sha256": start,
-                        "mlm_by_document": start_mlm(examples)},
+              "start": {"checkpoint": f"data/checkpoints/{start_dir.name}", "sha256": start,
+                        "mlm_by_document": start_mlm(examples, start_dir)},
               "settings": {"steps": STEPS, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": WARMUP,
                            "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
               "loss_columns": ["step", "mlm_loss", "pair_loss"],
@@ -183,6 +194,8 @@ def main(argv=None):
     parser.add_argument("--shard", default="0/1", help="I/N: train every N-th run from the I-th (default 0/1: all)")
     parser.add_argument("--collect", action="store_true", help="only write the results file")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--start", default="albert-book-1800", choices=sorted(STARTS),
+                        help="the checkpoint the runs continue (default: the first recipe's, which chapter 8 reads)")
     args = parser.parse_args(argv)
     try:
         index, count = map(int, args.shard.split("/"))
@@ -193,13 +206,13 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    examples = held_out()
+    examples, start, out = held_out(), CHECKPOINTS / args.start, STARTS[args.start]
     if not args.collect:
         for run in runs()[index::count]:
-            print(f"{run.name}: {train_one(run, examples)}", flush=True)
+            print(f"{run.name}: {train_one(run, examples, start=start)}", flush=True)
     if args.collect or count == 1:
-        record = collect(examples=examples)
-        print(f"wrote {RESULTS.relative_to(ROOT)} ({record['training_minutes']} minutes of training)")
+        record = collect(examples=examples, out=out, start_dir=start)
+        print(f"wrote {out.relative_to(ROOT)} ({record['training_minutes']} minutes of training)")
 
 
 if __name__ == "__main__":
