@@ -15,6 +15,7 @@ data/results/albert-book-1800.json), stopped on the plateau before the model use
 document's examples, with a bootstrap interval over documents), the unigram yardstick on the same masked pieces,
 and the fill-mask probes of data/probes-large.json."""
 
+import functools
 import hashlib
 import json
 import shutil
@@ -56,15 +57,21 @@ def training_config(save_every: int = SAVE_EVERY, recipe: dict | None = None):
                    save_every=save_every)
 
 
-def _make_epoch(seed: int, objective: str, max_seq_len: int, pairs: str):
-    """One pass's examples, as ExampleStream makes them (in a worker process: the documents are read there)."""
+@functools.cache
+def _training_text():
+    """The large corpus's training documents and its tokenizer, read once per worker process."""
     from albert_edu.corpus import load_documents
-    from albert_edu.pretraining_data import create_examples
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tokenizer import Tokenizer
 
-    return create_examples(load_documents("train", LARGE_DIR), Tokenizer.load(LARGE_DIR / "tokenizer"), objective,
-                           max_seq_len, seed, pairs)
+    return load_documents("train", LARGE_DIR), Tokenizer.load(LARGE_DIR / "tokenizer")
+
+
+def _make_epoch(seed: int, objective: str, max_seq_len: int, pairs: str):
+    """One pass's examples, as ExampleStream makes them (in a worker process)."""
+    from albert_edu.pretraining_data import create_examples
+
+    return create_examples(*_training_text(), objective, max_seq_len, seed, pairs)
 
 
 class prefetched_passes:
@@ -83,9 +90,9 @@ class prefetched_passes:
         import albert_edu.resume as resume
 
         c = self.config
-        per_pass = -(-c.steps * c.batch_size // 90_000)  # at most this many passes: each makes over 90,000 examples
+        passes = -(-c.steps * c.batch_size // 90_000)  # at most this many: each pass makes over 90,000 examples
         self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        seeds = [c.seed * 1_000_003 + epoch for epoch in range(per_pass + 1)]
+        seeds = [c.seed * 1_000_003 + epoch for epoch in range(passes)]  # ExampleStream's seed of each pass
         futures = {seed: self.pool.submit(_make_epoch, seed, c.objective, c.max_seq_len, c.pairs) for seed in seeds}
         self.original = resume.create_examples
 
