@@ -81,3 +81,25 @@ def test_each_start_is_a_committed_checkpoint_with_its_own_results_file():
         assert table5_book.start_sha256(table5_book.CHECKPOINTS / name) == verify(table5_book.CHECKPOINTS / name)["sha256"]["model.safetensors"]
     assert table5_book.STARTS["albert-book-1800"] == table5_book.RESULTS
     assert len(set(table5_book.STARTS.values())) == len(table5_book.STARTS)
+
+
+def test_longer_continuations_get_their_own_schedule_runs_and_file(tmp_path, capsys):
+    """--steps N: warm-up and checkpoints a tenth of N, other run folders, another results file; the committed
+    recipe's 80 steps keep their schedule, keys and file."""
+    assert table5_book.schedule() == (table5_book.WARMUP, table5_book.SAVE_EVERY)
+    assert table5_book.schedule(2000) == (200, 200) and table5_book.schedule(100) == (10, table5_book.SAVE_EVERY)
+    assert table5_book.results_path("albert-book") == table5_book.STARTS["albert-book"]
+    assert table5_book.results_path("albert-book", 2000).name == "table5-book-6000-2000steps.json"
+    longer = table5_book.runs(2000)
+    assert [r.name for r in longer] == [r.name for r in table5_book.runs()]
+    assert all(r.training.steps == 2000 and r.training.warmup_steps == 200 for r in longer)
+    start = "0" * 64
+    assert {table5_book.folder(r, tmp_path, start) for r in longer}.isdisjoint(
+        {table5_book.folder(r, tmp_path, start) for r in table5_book.runs()})
+    with pytest.raises(ValueError, match=r"runs not finished: \['none-s0-"):
+        table5_book.collect(runs_dir=tmp_path, out=tmp_path / "out.json", examples={}, steps=2000)
+    with pytest.raises(ValueError, match="steps=5: expected an integer of at least 10"):
+        table5_book.runs(5)
+    with pytest.raises(SystemExit):
+        table5_book.main(["--steps", "0"])
+    assert "--steps 0: steps=0: expected an integer of at least 10" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Chapter 10's downstream test of the book's pre-trained ALBERT (section 10.5): does starting from it beat starting
+"""Chapter 10's downstream test of the book's pre-trained ALBERT (section 10.4): does starting from it beat starting
 from random weights of the same shape on a task it was not trained for? The task is chapter 10's multi-sentence one
 (which of four sentences comes next, the wrong ones from other documents of the same source), built from the large
 corpus the model was trained on (training items from 4,000 training documents drawn from every source, held-out
@@ -7,6 +7,7 @@ seeds and items (albert_edu.finetune_grid's continuation cells, one thread each)
 are stored, so that every figure of the section can be recomputed from data/results/finetune-book-model.json.
 
     python -m albert_edu.tools.finetune_book_model [--workers 2]   # runs what is missing (resumable), then collects
+    python -m albert_edu.tools.finetune_book_model --start albert-book   # the 6,000-step model -> ...-6000.json
 
 Each finished cell is kept (in data/large/runs/) until the grid is complete, under a name that fingerprints the
 settings, the code, the data and the checkpoint's weights, so a killed run resumes and a changed input starts anew."""
@@ -29,6 +30,9 @@ DISTRACTORS = "other"  # topic tells them apart; "same" (order only) is left out
 SEEDS = (0, 1, 2)
 CONTENDERS = ("from scratch", "book ALBERT")
 RESULTS = ROOT / "data" / "results" / "finetune-book-model.json"
+CHECKPOINTS = ROOT / "data" / "checkpoints"
+STARTS = {"albert-book-1800": RESULTS,  # the first recipe's model, on the plateau
+          "albert-book": ROOT / "data" / "results" / "finetune-book-model-6000.json"}  # the model that left it
 COMMAND = "python -m albert_edu.tools.finetune_book_model"
 
 
@@ -47,33 +51,38 @@ def grid_key(start: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def jobs() -> list[tuple]:
-    """Every fine-tuning of the grid, contender by contender, seed by seed: finetune_grid's continuation cells."""
+def jobs(start_dir: Path | None = None) -> list[tuple]:
+    """Every fine-tuning of the grid, contender by contender, seed by seed: finetune_grid's continuation cells.
+    `start_dir`: the checkpoint the "book ALBERT" contender starts from (the first recipe's by default)."""
     from albert_edu.tools.book_model import FIRST_DIR, model_config
 
-    starts = {"from scratch": None, "book ALBERT": str(FIRST_DIR)}
+    starts = {"from scratch": None, "book ALBERT": str(start_dir or FIRST_DIR)}
     return [("continuation", dict(start=starts[c], model_config=model_config(), seed=s, distractors=DISTRACTORS,
                                   settings=SETTINGS)) for c in CONTENDERS for s in SEEDS]
 
 
-def run(workers: int = 2, runs_dir: Path | None = None, out: Path = RESULTS, progress: bool = True) -> dict:
+def run(workers: int = 2, runs_dir: Path | None = None, out: Path = RESULTS, progress: bool = True,
+        start_dir: Path | None = None) -> dict:
     """Fine-tune what is missing, then write `out`: the held-out items (document, sources, answer, the word-overlap
-    rule's counts) and, for each contender and seed, every item's logits over its candidates."""
+    rule's counts) and, for each contender and seed, every item's logits over its candidates. `start_dir`: the
+    pre-trained checkpoint (the first recipe's by default)."""
     from albert_edu.corpus import write_atomically
     from albert_edu.finetune_grid import _stored, continuation_data, run_units
     from albert_edu.downstream import overlap_scores
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tools.table5_book import start_sha256
 
-    start = start_sha256()
+    start = start_sha256(start_dir)
     keep = Path(runs_dir or LARGE_DIR / "runs") / f".finetune-book-model-{grid_key(start)}.partial"
     keep.mkdir(parents=True, exist_ok=True)
     began = time.time()
-    units = run_units(jobs(), workers, progress, keep)
+    units = run_units(jobs(start_dir), workers, progress, keep)
     train, test = continuation_data(SETTINGS, DISTRACTORS)
     outputs = iter(u["output"] for u in units)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    record = {"command": COMMAND, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    command = COMMAND if start_dir is None or Path(start_dir).name == "albert-book-1800" else \
+        f"{COMMAND} --start {Path(start_dir).name}"
+    record = {"command": command, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "workers": workers, "settings": SETTINGS, "distractors": DISTRACTORS, "seeds": list(SEEDS),
               "start_sha256": start, "train_items": len(train),
               "items": {"documents": [t["document"] for t in test], "sources": [t["sources"] for t in test],
@@ -89,11 +98,14 @@ def run(workers: int = 2, runs_dir: Path | None = None, out: Path = RESULTS, pro
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="fine-tunings at once, one thread each (default 2)")
+    parser.add_argument("--start", default="albert-book-1800", choices=sorted(STARTS),
+                        help="the pre-trained checkpoint (default: the first recipe's; albert-book: the 6,000-step one)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: expected a positive integer")
-    record = run(args.workers)
-    print(f"wrote {RESULTS.relative_to(ROOT)} ({sum(record['cell_minutes']):.1f} minutes of fine-tuning)")
+    out = STARTS[args.start]
+    record = run(args.workers, out=out, start_dir=CHECKPOINTS / args.start)
+    print(f"wrote {out.relative_to(ROOT)} ({sum(record['cell_minutes']):.1f} minutes of fine-tuning)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ recomputed from data/results/table5-book.json without the weights (9 runs of 8 M
     python -m albert_edu.tools.table5_book --shard 0/2    # one of two processes sharing the runs (one thread each)
     python -m albert_edu.tools.table5_book --collect      # only writes the results file from finished runs
     python -m albert_edu.tools.table5_book --start albert-book   # the same from the 6,000-step model -> table5-book-6000.json
+    python -m albert_edu.tools.table5_book --start albert-book --steps 2000 --device cuda   # longer continuations
+        (warm-up and checkpoints a tenth of the steps) on a GPU, in fp32 -> table5-book-6000-2000steps.json
 
 A run trains in a partial folder, saving every SAVE_EVERY steps, and resumes from there after a kill; its folder
 is renamed complete only after it is scored. The folder's name carries a fingerprint of the settings, the data,
@@ -39,15 +41,33 @@ STARTS = {"albert-book-1800": RESULTS,  # the first recipe's model, on the plate
 COMMAND = "python -m albert_edu.tools.table5_book"
 
 
-def runs() -> list:
-    """The nine runs: objective x seed, all from the book's ALBERT, everything else equal."""
+def schedule(steps: int = STEPS) -> tuple[int, int]:
+    """(warm-up steps, steps between checkpoints) for continuations of `steps`: the committed recipe's for STEPS,
+    a tenth of the steps each (at least SAVE_EVERY between checkpoints) for any other length."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 10:
+        raise ValueError(f"steps={steps!r}: expected an integer of at least 10")
+    return (WARMUP, SAVE_EVERY) if steps == STEPS else (steps // 10, max(SAVE_EVERY, steps // 10))
+
+
+def results_path(start: str, steps: int = STEPS) -> Path:
+    """The results file of the runs from the committed checkpoint `start` (a name in STARTS), `steps` long."""
+    if start not in STARTS:
+        raise ValueError(f"start={start!r}: expected one of {sorted(STARTS)}")
+    schedule(steps)
+    out = STARTS[start]
+    return out if steps == STEPS else out.with_name(f"{out.stem}-{steps}steps.json")
+
+
+def runs(steps: int = STEPS) -> list:
+    """The nine runs: objective x seed, all from the book's ALBERT, everything else equal (`steps` long)."""
     from albert_edu.run_cache import Run
     from albert_edu.tools.book_model import model_config
     from albert_edu.training import TrainingConfig
 
+    warmup, save_every = schedule(steps)
     return [Run(f"{objective}-s{seed}", model_config(),
-                TrainingConfig(objective=objective, steps=STEPS, batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, seed=seed,
-                               lr=LR, optimizer=OPTIMIZER, warmup_steps=WARMUP, save_every=SAVE_EVERY, log_every=10,
+                TrainingConfig(objective=objective, steps=steps, batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, seed=seed,
+                               lr=LR, optimizer=OPTIMIZER, warmup_steps=warmup, save_every=save_every, log_every=10,
                                pairs=TRAIN_PAIRS))
             for objective in OBJECTIVES for seed in SEEDS]
 
@@ -116,9 +136,10 @@ def answers(path: Path, examples: dict) -> dict:
     return out
 
 
-def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | None = None) -> Path:
-    """Train (or resume) one run from the book's ALBERT (`start`: the first recipe's by default), score it, and
-    rename its folder complete."""
+def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | None = None,
+              device: str = "cpu") -> Path:
+    """Train (or resume) one run from the book's ALBERT (`start`: the first recipe's by default) on `device`, in
+    fp32, score it, and rename its folder complete."""
     from albert_edu.sources import LARGE_DIR
     from albert_edu.tools.book_model import FIRST_DIR
     from albert_edu.training import pretrain
@@ -131,7 +152,7 @@ def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | N
         shutil.rmtree(partial)  # nothing to resume from
     started = time.perf_counter()
     pretrain(run.model, run.training, partial, resume=partial.exists(), data_dir=LARGE_DIR, progress=False,
-             init_from=start or FIRST_DIR, device="cpu", precision="fp32")
+             init_from=start or FIRST_DIR, device=device, precision="fp32")
     seconds = round(time.perf_counter() - started, 1)
     result = {"name": run.name, "training": asdict(run.training), "seconds": seconds, **answers(partial, examples)}
     shutil.rmtree(partial / "checkpoints")
@@ -141,13 +162,13 @@ def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | N
 
 
 def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None,
-            start_dir: Path | None = None) -> dict:
+            start_dir: Path | None = None, steps: int = STEPS) -> dict:
     """The results file: how it was made, what each held-out pair is, and every run's answers and losses."""
     from albert_edu.tools.book_model import FIRST_DIR
 
     start_dir = Path(start_dir or FIRST_DIR)
     start = start_sha256(start_dir)
-    paths = [folder(run, runs_dir, start) for run in runs()]
+    paths = [folder(run, runs_dir, start) for run in runs(steps)]
     missing = [p.name for p in paths if not (p / "result.json").is_file()]
     if missing:
         raise ValueError(f"runs not finished: {missing}; train them with `{COMMAND}`")
@@ -160,11 +181,13 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
         records.append(result)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     command = COMMAND if start_dir.name == FIRST_DIR.name else f"{COMMAND} --start {start_dir.name}"
+    command += "" if steps == STEPS else f" --steps {steps}"
+    warmup, _ = schedule(steps)
     record = {"command": command, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
               "start": {"checkpoint": f"data/checkpoints/{start_dir.name}", "sha256": start,
                         "mlm_by_document": start_mlm(examples, start_dir)},
-              "settings": {"steps": STEPS, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": WARMUP,
+              "settings": {"steps": steps, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": warmup,
                            "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
               "loss_columns": ["step", "mlm_loss", "pair_loss"],
               "held_out": {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
@@ -196,7 +219,14 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--start", default="albert-book-1800", choices=sorted(STARTS),
                         help="the checkpoint the runs continue (default: the first recipe's, which chapter 8 reads)")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help=f"steps per continuation (default {STEPS}, the committed recipe; another length writes its own file)")
+    parser.add_argument("--device", default="cpu", help="where to train (cpu, cuda; always fp32); scoring runs on the CPU")
     args = parser.parse_args(argv)
+    try:
+        schedule(args.steps)
+    except ValueError as error:
+        parser.error(f"--steps {args.steps}: {error}")
     try:
         index, count = map(int, args.shard.split("/"))
         assert 0 <= index < count
@@ -206,12 +236,12 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    examples, start, out = held_out(), CHECKPOINTS / args.start, STARTS[args.start]
+    examples, start, out = held_out(), CHECKPOINTS / args.start, results_path(args.start, args.steps)
     if not args.collect:
-        for run in runs()[index::count]:
-            print(f"{run.name}: {train_one(run, examples, start=start)}", flush=True)
+        for run in runs(args.steps)[index::count]:
+            print(f"{run.name}: {train_one(run, examples, start=start, device=args.device)}", flush=True)
     if args.collect or count == 1:
-        record = collect(examples=examples, out=out, start_dir=start)
+        record = collect(examples=examples, out=out, start_dir=start, steps=args.steps)
         print(f"wrote {out.relative_to(ROOT)} ({record['training_minutes']} minutes of training)")
 
 
