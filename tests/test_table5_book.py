@@ -103,3 +103,39 @@ def test_longer_continuations_get_their_own_schedule_runs_and_file(tmp_path, cap
     with pytest.raises(SystemExit):
         table5_book.main(["--steps", "0"])
     assert "--steps 0: steps=0: expected an integer of at least 10" in capsys.readouterr().err
+
+
+def test_probes_of_the_frozen_checkpoint_have_their_own_file_and_refuse_too_few_pairs(monkeypatch):
+    """--probe fits linear probes of the committed checkpoint itself; its file sits beside the runs' file, and a
+    share of documents too small for PROBE_PAIRS pairs is refused with the counts."""
+    assert table5_book.probe_path("albert-book").name == "table5-book-6000-probe.json"
+    assert table5_book.probe_path("albert-book-1800").name == "table5-book-probe.json"
+    from albert_edu.corpus import load_documents
+    from albert_edu.sources import LARGE_DIR
+
+    documents = load_documents("validation", LARGE_DIR)[:40]
+    monkeypatch.setattr(table5_book, "PROBE_SHARE", 0.05)
+    with pytest.raises(ValueError, match=r"sop pairs from 2 documents: expected at least 4096"):
+        table5_book.probe_pairs(0, "sop", documents)
+    monkeypatch.setattr(table5_book, "PROBE_PAIRS", 3)
+    first, again = table5_book.probe_pairs(0, "nsp", documents), table5_book.probe_pairs(0, "nsp", documents)
+    assert len(first) == 3 and [e.input_ids for e in first] == [e.input_ids for e in again]
+    assert [e.input_ids for e in table5_book.probe_pairs(1, "nsp", documents)] != [e.input_ids for e in first]
+
+
+def test_the_committed_probe_file_is_the_checkpoints_probes():
+    path = table5_book.probe_path("albert-book")
+    if not path.is_file():
+        pytest.skip(f"{path.name} not written yet: {table5_book.COMMAND} --start albert-book --probe")
+    from albert_edu.experiments import PROBE_READS
+
+    record = json.loads(path.read_text())
+    assert record["start"]["sha256"] == verify(table5_book.CHECKPOINTS / "albert-book")["sha256"]["model.safetensors"]
+    runs_file = json.loads(table5_book.results_path("albert-book").read_text())
+    assert record["held_out"] == runs_file["held_out"]  # the runs' own held-out pairs
+    for task in ("sop", "nsp"):
+        assert list(record["probes"][task]) == list(PROBE_READS)
+        for read in record["probes"][task].values():
+            assert len(read["train_balanced"]) == len(table5_book.SEEDS)
+            for pairs in ("neutral", "reference"):
+                assert [len(a) for a in read[pairs]] == [table5_book.HELD_OUT] * len(table5_book.SEEDS)

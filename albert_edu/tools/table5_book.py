@@ -11,6 +11,8 @@ recomputed from data/results/table5-book.json without the weights (9 runs of 8 M
     python -m albert_edu.tools.table5_book --start albert-book   # the same from the 6,000-step model -> table5-book-6000.json
     python -m albert_edu.tools.table5_book --start albert-book --steps 2000 --device cuda   # longer continuations
         (warm-up and checkpoints a tenth of the steps) on a GPU, in fp32 -> table5-book-6000-2000steps.json
+    python -m albert_edu.tools.table5_book --start albert-book --probe   # no training: linear probes of the frozen
+        checkpoint (is order, is topic, in its encoder before any pair loss?) -> table5-book-6000-probe.json
 
 A run trains in a partial folder, saving every SAVE_EVERY steps, and resumes from there after a kill; its folder
 is renamed complete only after it is scored. The folder's name carries a fingerprint of the settings, the data,
@@ -33,6 +35,7 @@ from albert_edu.tools.manifest import ROOT
 STEPS, BATCH, LR, OPTIMIZER, WARMUP, SAVE_EVERY = 80, 128, 2e-3, "adamw", 8, 20
 SEEDS, OBJECTIVES, TRAIN_PAIRS = (0, 1, 2), ("none", "nsp", "sop"), "neutral"
 HELD_OUT = 2048  # held-out pairs per task and cutting, drawn from all held-out documents (seed 4321)
+PROBE_PAIRS, PROBE_SHARE = 4096, 0.15  # a probe's training pairs per task and seed, from this share of the documents
 MAX_SEQ_LEN = 128
 RESULTS = ROOT / "data" / "results" / "table5-book.json"
 CHECKPOINTS = ROOT / "data" / "checkpoints"
@@ -198,6 +201,87 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
     return record
 
 
+def probe_path(start: str) -> Path:
+    """The results file of the frozen-encoder probes of the committed checkpoint `start` (a name in STARTS)."""
+    out = results_path(start)
+    return out.with_name(f"{out.stem}-probe.json")
+
+
+def probe_pairs(seed: int, task: str, documents: list | None = None) -> list:
+    """A probe's PROBE_PAIRS training pairs of one task, cut neutrally, for one seed: every pair of a PROBE_SHARE
+    random share of the large corpus's training documents (drawn with 1000 + seed, as chapter 8's trunk probes
+    draw their passes), shuffled with the same seed and cut."""
+    import random
+
+    from albert_edu.corpus import load_documents
+    from albert_edu.pretraining_data import create_examples
+    from albert_edu.sources import LARGE_DIR
+    from albert_edu.tokenizer import Tokenizer
+
+    documents = documents if documents is not None else load_documents("train", LARGE_DIR)
+    rng = random.Random(1000 + seed)
+    chosen = rng.sample(documents, max(1, round(PROBE_SHARE * len(documents))))
+    every = create_examples(chosen, Tokenizer.load(LARGE_DIR / "tokenizer"), task, MAX_SEQ_LEN, seed=1000 + seed,
+                            pairs=TRAIN_PAIRS)
+    if len(every) < PROBE_PAIRS:
+        raise ValueError(f"{len(every)} {task} pairs from {len(chosen)} documents: expected at least {PROBE_PAIRS}")
+    rng.shuffle(every)
+    return every[:PROBE_PAIRS]
+
+
+def probe_start(start_dir: Path, examples: dict, seeds: tuple = SEEDS) -> dict:
+    """Linear probes of the frozen checkpoint `start_dir` (its encoder before any continuation), one per task,
+    seed and read of experiments.PROBE_READS ([CLS] alone, the three averages, with their products, the cosine):
+    fitted on probe_pairs, then asked every held-out pair of `examples` (both cuttings). Returns, per task and
+    read, the balanced accuracy on the training pairs and the answers to the held-out pairs, per seed."""
+    import torch
+
+    from albert_edu.corpus import load_documents
+    from albert_edu.experiments import PROBE_READS, balanced_accuracy, fit_probe, pair_features
+    from albert_edu.model import AlbertModel
+    from albert_edu.sources import LARGE_DIR
+
+    model = AlbertModel.from_pretrained(start_dir)
+    documents = load_documents("train", LARGE_DIR)
+    split = lambda f: f.split(f.shape[1] // 3, dim=1)  # [CLS], mean A, mean B
+    out = {}
+    for task in ("sop", "nsp"):
+        asked = {pairs: split(pair_features(model, tasks[task])) for pairs, tasks in examples.items()}
+        out[task] = {read: {"train_balanced": [], **{pairs: [] for pairs in examples}} for read in PROBE_READS}
+        for seed in seeds:
+            torch.manual_seed(seed)
+            train = probe_pairs(seed, task, documents)
+            features, labels = split(pair_features(model, train)), [e.pair_label for e in train]
+            for read, columns in PROBE_READS.items():
+                rule = fit_probe(columns(*features), labels)
+                out[task][read]["train_balanced"].append(round(balanced_accuracy(rule(columns(*features)), labels), 4))
+                for pairs, seen in asked.items():
+                    out[task][read][pairs].append("".join(map(str, rule(columns(*seen)))))
+    return out
+
+
+def write_probe(start: str, examples: dict | None = None) -> dict:
+    """Run probe_start on the committed checkpoint `start` and write probe_path(start) with its provenance."""
+    start_dir = CHECKPOINTS / start
+    examples = examples or held_out()
+    began = time.perf_counter()
+    probes = probe_start(start_dir, examples)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    record = {"command": f"{COMMAND} --start {start} --probe", "commit": commit,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "minutes": round((time.perf_counter() - began) / 60, 1),
+              "start": {"checkpoint": f"data/checkpoints/{start}", "sha256": start_sha256(start_dir)},
+              "settings": {"seeds": list(SEEDS), "train_pairs_per_seed": PROBE_PAIRS, "document_share": PROBE_SHARE,
+                           "pairs": TRAIN_PAIRS, "max_seq_len": MAX_SEQ_LEN, "held_out_per_task": HELD_OUT},
+              "held_out": {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
+                                               "documents": [e.document for e in subset]}
+                           for pairs, tasks in examples.items() for task, subset in tasks.items()},
+              "probes": probes}
+    out = probe_path(start)
+    out.write_text(json.dumps(record) + "\n")
+    return record
+
+
 def balanced_means(record: dict, pairs: str = "neutral") -> dict:
     """Per (objective, task): the seeds' mean balanced accuracy, in %, on the held-out pairs cut as `pairs`."""
     from albert_edu.experiments import balanced_accuracy
@@ -222,6 +306,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=STEPS,
                         help=f"steps per continuation (default {STEPS}, the committed recipe; another length writes its own file)")
     parser.add_argument("--device", default="cpu", help="where to train (cpu, cuda; always fp32); scoring runs on the CPU")
+    parser.add_argument("--probe", action="store_true",
+                        help="train nothing: fit linear probes of the frozen --start checkpoint and write its -probe file")
     args = parser.parse_args(argv)
     try:
         schedule(args.steps)
@@ -236,6 +322,10 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.probe:
+        record = write_probe(args.start)
+        print(f"wrote {probe_path(args.start).relative_to(ROOT)} ({record['minutes']} minutes)")
+        return
     examples, start, out = held_out(), CHECKPOINTS / args.start, results_path(args.start, args.steps)
     if not args.collect:
         for run in runs(args.steps)[index::count]:
