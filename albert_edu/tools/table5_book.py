@@ -164,6 +164,19 @@ def train_one(run, examples: dict, runs_dir: Path | None = None, start: Path | N
     return final
 
 
+def made_where() -> dict:
+    """Where a results file was made: the commit of the working tree and the machine."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
+def held_out_record(examples: dict) -> dict:
+    """What each held-out pair is, as a results file stores it: per cutting and task, labels and documents."""
+    return {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
+                                "documents": [e.document for e in subset]}
+            for pairs, tasks in examples.items() for task, subset in tasks.items()}
+
+
 def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | None = None,
             start_dir: Path | None = None, steps: int = STEPS) -> dict:
     """The results file: how it was made, what each held-out pair is, and every run's answers and losses."""
@@ -182,20 +195,16 @@ def collect(runs_dir: Path | None = None, out: Path = RESULTS, examples: dict | 
         log = [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
         result["loss"] = [[r["step"], r["mlm_loss"], r["pair_loss"]] for r in log if "loss" in r]  # every 10 steps
         records.append(result)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     command = COMMAND if start_dir.name == FIRST_DIR.name else f"{COMMAND} --start {start_dir.name}"
     command += "" if steps == STEPS else f" --steps {steps}"
     warmup, _ = schedule(steps)
-    record = {"command": command, "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    record = {"command": command, **made_where(),
               "training_minutes": round(sum(r["seconds"] for r in records) / 60, 1),
               "start": {"checkpoint": f"data/checkpoints/{start_dir.name}", "sha256": start,
                         "mlm_by_document": start_mlm(examples, start_dir)},
               "settings": {"steps": steps, "batch_size": BATCH, "lr": LR, "optimizer": OPTIMIZER, "warmup_steps": warmup,
                            "max_seq_len": MAX_SEQ_LEN, "train_pairs": TRAIN_PAIRS, "held_out_per_task": HELD_OUT},
-              "loss_columns": ["step", "mlm_loss", "pair_loss"],
-              "held_out": {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
-                                               "documents": [e.document for e in subset]}
-                           for pairs, tasks in examples.items() for task, subset in tasks.items()},
+              "loss_columns": ["step", "mlm_loss", "pair_loss"], "held_out": held_out_record(examples),
               "runs": records}
     out.write_text(json.dumps(record) + "\n")
     return record
@@ -234,8 +243,6 @@ def probe_start(start_dir: Path, examples: dict, seeds: tuple = SEEDS) -> dict:
     seed and read of experiments.PROBE_READS ([CLS] alone, the three averages, with their products, the cosine):
     fitted on probe_pairs, then asked every held-out pair of `examples` (both cuttings). Returns, per task and
     read, the balanced accuracy on the training pairs and the answers to the held-out pairs, per seed."""
-    import torch
-
     from albert_edu.corpus import load_documents
     from albert_edu.experiments import PROBE_READS, balanced_accuracy, fit_probe, pair_features
     from albert_edu.model import AlbertModel
@@ -249,7 +256,6 @@ def probe_start(start_dir: Path, examples: dict, seeds: tuple = SEEDS) -> dict:
         asked = {pairs: split(pair_features(model, tasks[task])) for pairs, tasks in examples.items()}
         out[task] = {read: {"train_balanced": [], **{pairs: [] for pairs in examples}} for read in PROBE_READS}
         for seed in seeds:
-            torch.manual_seed(seed)
             train = probe_pairs(seed, task, documents)
             features, labels = split(pair_features(model, train)), [e.pair_label for e in train]
             for read, columns in PROBE_READS.items():
@@ -266,17 +272,12 @@ def write_probe(start: str, examples: dict | None = None) -> dict:
     examples = examples or held_out()
     began = time.perf_counter()
     probes = probe_start(start_dir, examples)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    record = {"command": f"{COMMAND} --start {start} --probe", "commit": commit,
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    record = {"command": f"{COMMAND} --start {start} --probe", **made_where(),
               "minutes": round((time.perf_counter() - began) / 60, 1),
               "start": {"checkpoint": f"data/checkpoints/{start}", "sha256": start_sha256(start_dir)},
               "settings": {"seeds": list(SEEDS), "train_pairs_per_seed": PROBE_PAIRS, "document_share": PROBE_SHARE,
                            "pairs": TRAIN_PAIRS, "max_seq_len": MAX_SEQ_LEN, "held_out_per_task": HELD_OUT},
-              "held_out": {f"{pairs}/{task}": {"labels": "".join(str(e.pair_label) for e in subset),
-                                               "documents": [e.document for e in subset]}
-                           for pairs, tasks in examples.items() for task, subset in tasks.items()},
-              "probes": probes}
+              "held_out": held_out_record(examples), "probes": probes}
     out = probe_path(start)
     out.write_text(json.dumps(record) + "\n")
     return record
